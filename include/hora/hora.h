@@ -1,0 +1,8 @@
+// Umbrella header of hora's C++ API.
+#pragma once
+
+#include "hora/communicator.h"
+#include "hora/errors.h"
+#include "hora/identity.h"
+#include "hora/options.h"
+#include "hora/types.h"

@@ -1,0 +1,33 @@
+// Identity: where this process stands in the job.
+//
+// rank/size: position among all ranks. local_rank/local_size: among the ranks of this host.
+// cross_rank/cross_size: among the ranks that have the same local_rank on other hosts (so
+// cross_size is the number of hosts when every host runs the same number of ranks). Hosts are
+// told apart by hostname (HORA_HOSTNAME, set by the launcher).
+#pragma once
+
+#include <string>
+
+#include "hora/export.h"
+
+namespace hora {
+
+struct HORA_API Identity {
+  int rank = 0;
+  int size = 1;
+  int local_rank = 0;
+  int local_size = 1;
+  int cross_rank = 0;
+  int cross_size = 1;
+  std::string hostname;
+
+  // Reads HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE, HORA_CROSS_RANK,
+  // HORA_CROSS_SIZE and HORA_HOSTNAME. With none set: a single process (size 1). Throws
+  // InvalidArgumentError naming the variable when one is malformed or out of range.
+  static Identity fromEnvironment();
+
+  // Throws InvalidArgumentError when the fields contradict each other.
+  void validate() const;
+};
+
+}  // namespace hora

@@ -1,0 +1,41 @@
+// Options structs for communicators and collectives (one struct per concern instead of long
+// argument lists). Defaults of CommunicatorOptions come from the knob registry
+// (HORA_TIMEOUT_SECONDS, ...) when built by CommunicatorOptions::fromEnvironment().
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "hora/export.h"
+#include "hora/types.h"
+
+namespace hora {
+
+struct AllreduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  double prescale = 1.0;   // every input is multiplied by this before the reduction
+  double postscale = 1.0;  // the result is multiplied by this (after Average's division)
+};
+
+struct RendezvousOptions {
+  std::string address = "127.0.0.1";  // host or IPv4 address of the store (HORA_RENDEZVOUS_ADDR)
+  int port = 0;                       // HORA_RENDEZVOUS_PORT
+  std::string secret;                 // job secret (HORA_SECRET); never on a command line
+  std::string prefix;                 // keys are prefixed, so one store can serve several jobs
+};
+
+struct CommunicatorOptions {
+  // Deadline of every blocking call: a collective, connecting to peers, a store request.
+  std::chrono::milliseconds timeout{30000};
+  // Interface whose address peers connect to; empty = the one that reaches the store.
+  std::string iface;
+  // Allreduce messages of at most this many bytes use recursive doubling, larger the ring.
+  size_t ring_threshold_bytes = 64 * 1024;
+  // Unit of pipelining: received data is reduced and forwarded in chunks of this size.
+  size_t chunk_bytes = 256 * 1024;
+
+  static HORA_API CommunicatorOptions fromEnvironment();
+};
+
+}  // namespace hora

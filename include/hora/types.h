@@ -1,0 +1,47 @@
+// Element types and reduction operators shared by every layer of hora.
+//
+// Values are stable: the C ABI (hora/c_api.h) and the wire headers use the same numbers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+#include "hora/export.h"
+
+namespace hora {
+
+enum class DataType : int32_t {
+  kUInt8 = 0,
+  kInt8 = 1,
+  kInt32 = 2,
+  kInt64 = 3,
+  kFloat16 = 4,   // IEEE binary16; reduced in float32
+  kBFloat16 = 5,  // bfloat16; reduced in float32
+  kFloat32 = 6,
+  kFloat64 = 7,
+};
+inline constexpr int kNumDataTypes = 8;
+
+enum class ReduceOp : int32_t {
+  kSum = 0,
+  kAverage = 1,  // Sum divided by the number of ranks (integer division for integer types)
+  kMin = 2,
+  kMax = 3,
+  kProduct = 4,
+};
+inline constexpr int kNumReduceOps = 5;
+
+// Size of one element in bytes. Throws InvalidArgumentError for a value outside the enum.
+HORA_API size_t dataTypeSize(DataType type);
+HORA_API bool isFloatingPoint(DataType type);
+
+HORA_API std::string_view toString(DataType type);
+HORA_API std::string_view toString(ReduceOp op);
+// Parses the names printed by toString ("float32", "sum", ...) and common aliases ("float",
+// "half", "avg", "prod"). Returns nullopt for anything else.
+HORA_API std::optional<DataType> parseDataType(std::string_view name);
+HORA_API std::optional<ReduceOp> parseReduceOp(std::string_view name);
+
+}  // namespace hora

@@ -1,0 +1,148 @@
+#include "launcher/worker_set.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+extern char** environ;
+
+namespace hora::launcher {
+namespace {
+
+volatile std::sig_atomic_t pending_signal = 0;
+
+void onSignal(int sig) { pending_signal = sig; }
+
+std::string describeStatus(int rank, int status) {
+  if (WIFEXITED(status))
+    return "rank " + std::to_string(rank) + " exited with code " + std::to_string(WEXITSTATUS(status));
+  const int sig = WTERMSIG(status);
+  return "rank " + std::to_string(rank) + " was killed by signal " + std::to_string(sig) + " (" +
+         strsignal(sig) + ")";
+}
+
+int exitCodeOf(int status) {
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+void installForwardingSignalHandlers() {
+  struct sigaction sa {};
+  sa.sa_handler = onSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: waitpid must return EINTR so the signal is forwarded
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+}
+
+WorkerSet::~WorkerSet() { stopAll(); }
+
+void WorkerSet::start(const WorkerSpec& spec) {
+  // Build argv and envp before fork: the child only calls async-signal-safe functions.
+  std::vector<std::string> env_strings;
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string entry(*e);
+    const std::string name = entry.substr(0, entry.find('='));
+    if (!spec.env.count(name)) env_strings.push_back(entry);
+  }
+  for (const auto& [k, v] : spec.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp, argv;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> args = spec.argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const std::string not_found = "horarun: rank " + std::to_string(spec.rank) +
+                                ": cannot execute '" + spec.argv[0] + "': ";
+
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &dfl, nullptr);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    const char* why = std::strerror(errno);
+    [[maybe_unused]] auto a = ::write(2, not_found.data(), not_found.size());
+    [[maybe_unused]] auto b = ::write(2, why, std::strlen(why));
+    [[maybe_unused]] auto c = ::write(2, "\n", 1);
+    ::_exit(127);
+  }
+  ::setpgid(pid, pid);  // also from the parent, so there is no race with signalAll
+  running_[pid] = spec.rank;
+}
+
+void WorkerSet::signalAll(int sig) {
+  for (const auto& [pid, rank] : running_) ::kill(-pid, sig);
+}
+
+void WorkerSet::stopAll() {
+  if (running_.empty()) return;
+  signalAll(SIGTERM);
+  const auto give_up = std::chrono::steady_clock::now() + grace_;
+  while (!running_.empty()) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      ::kill(-pid, SIGKILL);  // whatever the worker left behind in its group
+      running_.erase(pid);
+      continue;
+    }
+    if (pid < 0 && errno == ECHILD) break;
+    if (std::chrono::steady_clock::now() >= give_up) {
+      signalAll(SIGKILL);
+      while (!running_.empty()) {
+        const pid_t p = ::waitpid(-1, &status, 0);
+        if (p < 0 && errno != EINTR) break;
+        if (p > 0) running_.erase(p);
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  running_.clear();
+}
+
+JobResult WorkerSet::wait() {
+  JobResult result;
+  while (!running_.empty()) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, 0);
+    if (pid < 0) {
+      if (errno == EINTR && pending_signal != 0) {
+        const int sig = pending_signal;
+        pending_signal = 0;
+        signalAll(sig);  // forward; the workers' exits end the job below
+        if (result.failed_rank < 0) {
+          result.reason = std::string("horarun received signal ") + strsignal(sig);
+          result.exit_code = 128 + sig;
+        }
+        continue;
+      }
+      if (errno == EINTR) continue;
+      break;
+    }
+    auto it = running_.find(pid);
+    if (it == running_.end()) continue;
+    const int rank = it->second;
+    running_.erase(it);
+    ::kill(-pid, SIGKILL);  // leftovers of a finished worker's process group
+    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (failed && result.failed_rank < 0) {
+      result.failed_rank = rank;
+      result.exit_code = exitCodeOf(status);
+      result.reason = describeStatus(rank, status);
+      stopAll();
+    }
+  }
+  return result;
+}
+
+}  // namespace hora::launcher

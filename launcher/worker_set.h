@@ -1,0 +1,52 @@
+// WorkerSet: the local worker processes of a job, started with fork/exec and watched until the
+// job ends.
+//
+// Each worker runs in its own process group, so stopping a worker also stops what it started.
+// wait() returns when every worker exited successfully, or when the first one failed; in that
+// case the others get SIGTERM, then SIGKILL after `grace`. Signals that horarun receives
+// (SIGINT, SIGTERM) are forwarded to every worker. Single-threaded: call from main() only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hora::launcher {
+
+struct WorkerSpec {
+  int rank = 0;
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;  // added to (and overriding) horarun's environment
+};
+
+struct JobResult {
+  int exit_code = 0;   // 0, the failed worker's exit code, or 128 + its signal
+  int failed_rank = -1;
+  std::string reason;  // "rank 2 exited with code 3", "rank 1 was killed by signal 9 (Killed)"
+};
+
+class WorkerSet {
+ public:
+  explicit WorkerSet(std::chrono::milliseconds grace) : grace_(grace) {}
+  ~WorkerSet();  // kills whatever still runs
+
+  // Throws std::runtime_error when fork fails. A command that cannot be executed makes that
+  // worker exit with code 127 and a message naming the command.
+  void start(const WorkerSpec& spec);
+  JobResult wait();
+
+ private:
+  void signalAll(int sig);
+  void stopAll();
+
+  std::chrono::milliseconds grace_;
+  std::map<pid_t, int> running_;  // pid -> rank
+};
+
+// Installs handlers so that SIGINT/SIGTERM/SIGHUP interrupt WorkerSet::wait(), which forwards them.
+void installForwardingSignalHandlers();
+
+}  // namespace hora::launcher

@@ -1,0 +1,71 @@
+// The collective algorithms, written against transport::Transport (Note [transfer sets]).
+//
+// Vocabulary: a *block* is what one rank contributes to or receives from an allgather or
+// alltoall; a *segment* is the slice of a reduction that one rank owns in the ring (rank r owns
+// segment r); a *step* is one hop around the ring; a *chunk* is the transport's pipelining unit.
+// Every function takes the inputs already validated by the Communicator; counts are elements.
+// All of them are single-threaded and hold no state between calls except `scratch`.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "common/deadline.h"
+#include "hora/options.h"
+#include "hora/types.h"
+#include "transport/transport.h"
+
+namespace hora::collectives {
+
+// Op codes carried in transport frames (OpTag::op).
+enum class OpKind : uint8_t {
+  kAllreduce = 1,
+  kAllgather = 2,
+  kBroadcast = 3,
+  kReducescatter = 4,
+  kAlltoall = 5,
+  kBarrier = 6,
+};
+
+struct Context {
+  transport::Transport& transport;
+  transport::OpTag tag;
+  common::Deadline deadline;
+  std::vector<std::byte>& scratch;  // grows on demand; reused across calls
+};
+
+// Element offsets of consecutive blocks with the given counts (size n+1, last = total).
+std::vector<size_t> offsetsOf(std::span<const size_t> counts);
+
+// Ring allreduce: pipelined reduce-scatter then allgather in one transfer set.
+// `send` may equal `recv`. Prescaling is the caller's (it hands a prescaled copy as `send`).
+void ringAllreduce(Context& ctx, const std::byte* send, std::byte* recv, size_t count,
+                   DataType type, const AllreduceOptions& options);
+
+// Recursive doubling (latency-optimal, log2 n exchanges of the whole message), with the usual
+// fold of the ranks beyond the largest power of two.
+void recursiveDoublingAllreduce(Context& ctx, const std::byte* send, std::byte* recv, size_t count,
+                                DataType type, const AllreduceOptions& options);
+
+// Ring reduce-scatter: rank r ends with the reduction of segment r (counts[r] elements) in
+// `recv`. `send` holds every segment.
+void ringReduceScatter(Context& ctx, const std::byte* send, std::byte* recv,
+                       std::span<const size_t> counts, DataType type,
+                       const AllreduceOptions& options);
+
+// Ring allgather with per-rank block counts, forwarding each block as it arrives.
+void ringAllgather(Context& ctx, const std::byte* send, std::byte* recv,
+                   std::span<const size_t> counts, DataType type);
+
+// Binomial tree (small messages) or a pipelined chain (large), both forwarding chunk by chunk.
+void broadcast(Context& ctx, std::byte* buffer, size_t bytes, int root, size_t tree_max_bytes);
+
+// Every pair exchanges its blocks directly, all pairs at once.
+void pairwiseAlltoall(Context& ctx, const std::byte* send, std::span<const size_t> send_counts,
+                      std::byte* recv, std::span<const size_t> recv_counts, DataType type);
+
+// Dissemination barrier: ceil(log2 n) rounds of one-byte tokens.
+void disseminationBarrier(Context& ctx);
+
+}  // namespace hora::collectives

@@ -1,0 +1,302 @@
+// Communicator: validates every public call, then runs the chosen algorithm (NCCL's
+// validate-then-enqueue path, minus the queue: the engine adds that).
+#include "hora/communicator.h"
+
+#include <cmath>
+#include <cstring>
+#include <optional>
+
+#include "collectives/algorithms.h"
+#include "collectives/failure_report.h"
+#include "collectives/reduce.h"
+#include "common/config.h"
+#include "common/logging.h"
+#include "common/socket.h"
+#include "hora/errors.h"
+#include "rendezvous/tcp_store.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace hora {
+namespace detail {
+
+namespace {
+
+[[noreturn]] void invalid(std::string_view op, const std::string& what) {
+  throw InvalidArgumentError(std::string(op) + ": " + what);
+}
+
+void checkType(std::string_view op, DataType type) {
+  const int v = static_cast<int>(type);
+  if (v < 0 || v >= kNumDataTypes) invalid(op, "unknown data type " + std::to_string(v));
+}
+
+void checkOptions(std::string_view op, const AllreduceOptions& o) {
+  const int v = static_cast<int>(o.op);
+  if (v < 0 || v >= kNumReduceOps) invalid(op, "unknown reduce op " + std::to_string(v));
+  if (!std::isfinite(o.prescale)) invalid(op, "prescale factor is not finite");
+  if (!std::isfinite(o.postscale)) invalid(op, "postscale factor is not finite");
+}
+
+void checkBuffer(std::string_view op, std::string_view name, const void* p, size_t count) {
+  if (p == nullptr && count > 0)
+    invalid(op, std::string(name) + " buffer is null but count is " + std::to_string(count));
+}
+
+size_t checkedBytes(std::string_view op, size_t count, DataType type) {
+  const size_t elem = dataTypeSize(type);
+  if (count > SIZE_MAX / elem) invalid(op, "count " + std::to_string(count) + " overflows");
+  return count * elem;
+}
+
+size_t checkCounts(std::string_view op, std::string_view name, std::span<const size_t> counts,
+                   int size) {
+  if (counts.size() != static_cast<size_t>(size))
+    invalid(op, std::string(name) + " has " + std::to_string(counts.size()) +
+                    " entries; expected one per rank (" + std::to_string(size) + ")");
+  size_t total = 0;
+  for (size_t c : counts) {
+    if (total + c < total) invalid(op, std::string(name) + " overflow");
+    total += c;
+  }
+  return total;
+}
+
+}  // namespace
+
+class CommunicatorImpl {
+ public:
+  CommunicatorImpl(const Identity& identity, const RendezvousOptions& rendezvous,
+                   const CommunicatorOptions& options)
+      : identity_(identity), options_(options), prefix_(rendezvous.prefix) {
+    identity_.validate();
+    if (options_.chunk_bytes < 16 || options_.chunk_bytes % 16 != 0)
+      throw InvalidArgumentError("chunk_bytes must be a positive multiple of 16");
+    common::setLogRank(identity_.rank);
+    if (identity_.size == 1) return;
+    if (rendezvous.secret.empty())
+      throw InvalidArgumentError("the job secret (HORA_SECRET) is empty");
+    const auto deadline = common::Deadline::after(options_.timeout);
+    store_ = std::make_unique<rendezvous::TcpStore>(rendezvous.address, rendezvous.port,
+                                                    rendezvous.secret, deadline);
+    transport::tcp::MeshOptions mesh;
+    mesh.rank = identity_.rank;
+    mesh.size = identity_.size;
+    mesh.secret = rendezvous.secret;
+    mesh.key_prefix = prefix_;
+    mesh.advertise_host =
+        options_.iface.empty() ? store_->localHost() : common::interfaceAddress(options_.iface);
+    auto peers = transport::tcp::connectMesh(mesh, *store_, deadline);
+    transport_ = std::make_unique<transport::tcp::TcpTransport>(identity_.rank, std::move(peers),
+                                                                options_.chunk_bytes);
+  }
+
+  const Identity& identity() const { return identity_; }
+  int size() const { return identity_.size; }
+  int rank() const { return identity_.rank; }
+  const CommunicatorOptions& options() const { return options_; }
+  transport::tcp::TcpTransport* transport() { return transport_.get(); }
+
+  // Runs one collective: numbers it, and turns the first failure into a broken communicator
+  // whose error carries the other ranks' reports (Note [failure reports]).
+  template <typename Body>
+  void collective(collectives::OpKind kind, std::string_view name, Body body) {
+    if (broken_) rethrowAs(*broken_);
+    collectives::Context ctx{*transport_, {++sequence_, static_cast<uint8_t>(kind), name},
+                             common::Deadline::after(options_.timeout), scratch_};
+    try {
+      body(ctx);
+    } catch (const Error& e) {
+      if (e.kind() == ErrorKind::kInvalidArgument || e.kind() == ErrorKind::kInternal) throw;
+      collectives::FailureReportOptions report{rank(), size(), prefix_, std::chrono::milliseconds(500),
+                                               [this](int r) { return transport_->describePeer(r); }};
+      const std::string message = "rank " + std::to_string(rank()) + ": " + e.what();
+      broken_.emplace(e.kind(), collectives::reportFailure(*store_, report, message, true));
+      HORA_LOG(error, "{}", broken_->what());
+      rethrowAs(*broken_);
+    }
+  }
+
+  void checkUsable() const {
+    if (broken_) rethrowAs(*broken_);
+  }
+
+  std::vector<std::byte>& prescaled() { return prescaled_; }
+
+ private:
+  Identity identity_;
+  CommunicatorOptions options_;
+  std::string prefix_;
+  std::unique_ptr<rendezvous::TcpStore> store_;
+  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  uint32_t sequence_ = 0;
+  std::vector<std::byte> scratch_;
+  std::vector<std::byte> prescaled_;
+  std::optional<Error> broken_;
+};
+
+}  // namespace detail
+
+using detail::checkBuffer;
+using detail::checkCounts;
+using detail::checkedBytes;
+using detail::checkOptions;
+using detail::checkType;
+using collectives::OpKind;
+
+std::unique_ptr<Communicator> Communicator::fromEnvironment() {
+  const auto env = common::Env::fromProcess();
+  const CommunicatorOptions options = common::communicatorOptionsFrom(env);
+  const Identity identity = common::identityFrom(env);
+  const RendezvousOptions rendezvous = common::rendezvousOptionsFrom(env, identity.size);
+  return create(identity, rendezvous, options);
+}
+
+std::unique_ptr<Communicator> Communicator::create(const Identity& identity,
+                                                   const RendezvousOptions& rendezvous,
+                                                   const CommunicatorOptions& options) {
+  return std::unique_ptr<Communicator>(
+      new Communicator(std::make_unique<detail::CommunicatorImpl>(identity, rendezvous, options)));
+}
+
+Communicator::Communicator(std::unique_ptr<detail::CommunicatorImpl> impl) : impl_(std::move(impl)) {}
+Communicator::~Communicator() = default;
+
+const Identity& Communicator::identity() const { return impl_->identity(); }
+
+void Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
+                             const AllreduceOptions& o) {
+  constexpr std::string_view op = "allreduce";
+  checkType(op, type);
+  checkOptions(op, o);
+  checkBuffer(op, "send", send, count);
+  checkBuffer(op, "recv", recv, count);
+  const size_t bytes = checkedBytes(op, count, type);
+  impl_->checkUsable();
+  if (count == 0) return;
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  if (o.prescale != 1.0) {
+    collectives::scale(type, out, in, count, o.prescale);
+    in = out;
+  }
+  if (size() == 1) {
+    collectives::finalize(type, o.op, out, in, count, 1, o.postscale);
+    return;
+  }
+  impl_->collective(OpKind::kAllreduce, op, [&](collectives::Context& ctx) {
+    if (bytes <= impl_->options().ring_threshold_bytes || count < static_cast<size_t>(size()))
+      collectives::recursiveDoublingAllreduce(ctx, in, out, count, type, o);
+    else
+      collectives::ringAllreduce(ctx, in, out, count, type, o);
+  });
+}
+
+void Communicator::allgather(const void* send, size_t send_count, void* recv,
+                             std::span<const size_t> recv_counts, DataType type) {
+  constexpr std::string_view op = "allgather";
+  checkType(op, type);
+  const size_t total = checkCounts(op, "recv_counts", recv_counts, size());
+  if (send_count != recv_counts[static_cast<size_t>(rank())])
+    detail::invalid(op, "send_count " + std::to_string(send_count) + " differs from recv_counts[" +
+                            std::to_string(rank()) + "] = " +
+                            std::to_string(recv_counts[static_cast<size_t>(rank())]));
+  checkBuffer(op, "send", send, send_count);
+  checkBuffer(op, "recv", recv, total);
+  checkedBytes(op, total, type);
+  impl_->checkUsable();
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  if (size() == 1) {
+    if (send_count > 0 && in != out) std::memmove(out, in, send_count * dataTypeSize(type));
+    return;
+  }
+  impl_->collective(OpKind::kAllgather, op, [&](collectives::Context& ctx) {
+    collectives::ringAllgather(ctx, in, out, recv_counts, type);
+  });
+}
+
+void Communicator::broadcast(void* buffer, size_t count, DataType type, int root) {
+  constexpr std::string_view op = "broadcast";
+  checkType(op, type);
+  if (root < 0 || root >= size())
+    detail::invalid(op, "root " + std::to_string(root) + " is outside [0, " + std::to_string(size()) + ")");
+  checkBuffer(op, "buffer", buffer, count);
+  const size_t bytes = checkedBytes(op, count, type);
+  impl_->checkUsable();
+  if (size() == 1 || count == 0) return;
+  impl_->collective(OpKind::kBroadcast, op, [&](collectives::Context& ctx) {
+    collectives::broadcast(ctx, static_cast<std::byte*>(buffer), bytes, root,
+                           impl_->options().ring_threshold_bytes);
+  });
+}
+
+void Communicator::reducescatter(const void* send, void* recv, std::span<const size_t> recv_counts,
+                                 DataType type, const AllreduceOptions& o) {
+  constexpr std::string_view op = "reducescatter";
+  checkType(op, type);
+  checkOptions(op, o);
+  const size_t total = checkCounts(op, "recv_counts", recv_counts, size());
+  checkBuffer(op, "send", send, total);
+  checkBuffer(op, "recv", recv, recv_counts[static_cast<size_t>(rank())]);
+  const size_t bytes = checkedBytes(op, total, type);
+  impl_->checkUsable();
+  if (total == 0) return;
+  const auto* in = static_cast<const std::byte*>(send);
+  auto* out = static_cast<std::byte*>(recv);
+  if (o.prescale != 1.0) {
+    auto& copy = impl_->prescaled();
+    copy.resize(bytes);
+    collectives::scale(type, copy.data(), in, total, o.prescale);
+    in = copy.data();
+  }
+  if (size() == 1) {
+    collectives::finalize(type, o.op, out, in, total, 1, o.postscale);
+    return;
+  }
+  impl_->collective(OpKind::kReducescatter, op, [&](collectives::Context& ctx) {
+    collectives::ringReduceScatter(ctx, in, out, recv_counts, type, o);
+  });
+}
+
+void Communicator::alltoall(const void* send, std::span<const size_t> send_counts, void* recv,
+                            std::span<const size_t> recv_counts, DataType type) {
+  constexpr std::string_view op = "alltoall";
+  checkType(op, type);
+  const size_t send_total = checkCounts(op, "send_counts", send_counts, size());
+  const size_t recv_total = checkCounts(op, "recv_counts", recv_counts, size());
+  checkBuffer(op, "send", send, send_total);
+  checkBuffer(op, "recv", recv, recv_total);
+  checkedBytes(op, std::max(send_total, recv_total), type);
+  const auto me = static_cast<size_t>(rank());
+  if (send_counts[me] != recv_counts[me])
+    detail::invalid(op, "send_counts[" + std::to_string(me) + "] = " + std::to_string(send_counts[me]) +
+                            " differs from recv_counts[" + std::to_string(me) + "] = " +
+                            std::to_string(recv_counts[me]) + " (this rank's block to itself)");
+  impl_->checkUsable();
+  if (size() == 1) {
+    if (send_total > 0 && send != recv) std::memmove(recv, send, send_total * dataTypeSize(type));
+    return;
+  }
+  impl_->collective(OpKind::kAlltoall, op, [&](collectives::Context& ctx) {
+    collectives::pairwiseAlltoall(ctx, static_cast<const std::byte*>(send), send_counts,
+                                  static_cast<std::byte*>(recv), recv_counts, type);
+  });
+}
+
+std::vector<size_t> Communicator::exchangeCounts(std::span<const size_t> counts) {
+  checkCounts("exchangeCounts", "counts", counts, size());
+  std::vector<size_t> received(counts.size());
+  const std::vector<size_t> ones(counts.size(), 1);
+  static_assert(sizeof(size_t) == sizeof(int64_t));
+  alltoall(counts.data(), ones, received.data(), ones, DataType::kInt64);
+  return received;
+}
+
+void Communicator::barrier() {
+  impl_->checkUsable();
+  if (size() == 1) return;
+  impl_->collective(OpKind::kBarrier, "barrier",
+                    [&](collectives::Context& ctx) { collectives::disseminationBarrier(ctx); });
+}
+
+}  // namespace hora

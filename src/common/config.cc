@@ -1,0 +1,97 @@
+#include "common/config.h"
+
+#include <unistd.h>
+
+#include <climits>
+
+#include "common/logging.h"
+#include "hora/errors.h"
+
+namespace hora::common {
+
+Identity identityFrom(const Env& env) {
+  Identity id;
+  if (!env.isSet("HORA_SIZE")) {
+    if (env.isSet("HORA_RANK"))
+      throw InvalidArgumentError("HORA_RANK is set but HORA_SIZE is not; start the job with horarun");
+  } else {
+    id.size = static_cast<int>(env.getInt("HORA_SIZE", 1, 1 << 20));
+    id.rank = static_cast<int>(env.getInt("HORA_RANK", 0, id.size - 1));
+    // Without host information every rank counts as local to one host.
+    id.local_rank = env.isSet("HORA_LOCAL_RANK")
+                        ? static_cast<int>(env.getInt("HORA_LOCAL_RANK", 0, id.size - 1))
+                        : id.rank;
+    id.local_size = env.isSet("HORA_LOCAL_SIZE")
+                        ? static_cast<int>(env.getInt("HORA_LOCAL_SIZE", 1, id.size))
+                        : id.size;
+    id.cross_rank = static_cast<int>(env.getInt("HORA_CROSS_RANK", 0, id.size - 1));
+    id.cross_size = static_cast<int>(env.getInt("HORA_CROSS_SIZE", 1, id.size));
+  }
+  id.hostname = env.getString("HORA_HOSTNAME");
+  if (id.hostname.empty()) {
+    char name[HOST_NAME_MAX + 1] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    id.hostname = name;
+  }
+  id.validate();
+  return id;
+}
+
+CommunicatorOptions communicatorOptionsFrom(const Env& env) {
+  CommunicatorOptions o;
+  const double seconds = env.getDouble("HORA_TIMEOUT_SECONDS", 0.001, 7 * 24 * 3600.0);
+  o.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  o.iface = env.getString("HORA_IFACE");
+  o.ring_threshold_bytes = static_cast<size_t>(env.getBytes("HORA_RING_THRESHOLD", 0, INT64_MAX));
+  o.chunk_bytes = static_cast<size_t>(env.getBytes("HORA_CHUNK_BYTES", 16, int64_t{1} << 30));
+  if (o.chunk_bytes % 16 != 0)
+    throw InvalidArgumentError("HORA_CHUNK_BYTES=" + std::to_string(o.chunk_bytes) +
+                               " is invalid: expected a multiple of 16");
+  const std::string transport = env.getString("HORA_TRANSPORT");
+  if (transport != "auto" && transport != "tcp")
+    throw InvalidArgumentError("HORA_TRANSPORT='" + transport +
+                               "' is invalid: expected auto or tcp (this build has TCP only)");
+  const std::string level = env.getString("HORA_LOG_LEVEL");
+  if (!setLogLevel(level))
+    throw InvalidArgumentError("HORA_LOG_LEVEL='" + level +
+                               "' is invalid: expected trace, debug, info, warning, error or fatal");
+  return o;
+}
+
+RendezvousOptions rendezvousOptionsFrom(const Env& env, int size) {
+  RendezvousOptions r;
+  if (size == 1) return r;
+  for (const char* name : {"HORA_RENDEZVOUS_ADDR", "HORA_RENDEZVOUS_PORT", "HORA_SECRET"}) {
+    if (!env.isSet(name))
+      throw InvalidArgumentError(std::string(name) + " is not set although HORA_SIZE=" +
+                                 std::to_string(size) + "; start the job with horarun");
+  }
+  r.address = env.getString("HORA_RENDEZVOUS_ADDR");
+  r.port = static_cast<int>(env.getInt("HORA_RENDEZVOUS_PORT", 1, 65535));
+  r.secret = env.getString("HORA_SECRET");
+  return r;
+}
+
+}  // namespace hora::common
+
+namespace hora {
+
+Identity Identity::fromEnvironment() { return common::identityFrom(common::Env::fromProcess()); }
+
+void Identity::validate() const {
+  auto bad = [](const std::string& what) {
+    throw InvalidArgumentError("inconsistent identity: " + what);
+  };
+  if (size < 1) bad("size " + std::to_string(size) + " < 1");
+  if (rank < 0 || rank >= size) bad("rank " + std::to_string(rank) + " outside [0, " + std::to_string(size) + ")");
+  if (local_size < 1 || local_size > size) bad("local_size " + std::to_string(local_size));
+  if (local_rank < 0 || local_rank >= local_size) bad("local_rank " + std::to_string(local_rank) + " >= local_size " + std::to_string(local_size));
+  if (cross_size < 1 || cross_size > size) bad("cross_size " + std::to_string(cross_size));
+  if (cross_rank < 0 || cross_rank >= cross_size) bad("cross_rank " + std::to_string(cross_rank) + " >= cross_size " + std::to_string(cross_size));
+}
+
+CommunicatorOptions CommunicatorOptions::fromEnvironment() {
+  return common::communicatorOptionsFrom(common::Env::fromProcess());
+}
+
+}  // namespace hora

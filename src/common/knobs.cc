@@ -1,0 +1,180 @@
+#include "common/knobs.h"
+
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <sstream>
+
+#include "common/logging.h"
+#include "hora/errors.h"
+
+namespace hora::common {
+namespace {
+
+using G = KnobGroup;
+
+// Note [knob table]: adding a variable here is the only way to read one. Keep names sorted
+// within a group; the help text is a complete sentence for docs/knobs.md.
+constexpr KnobSpec kKnobs[] = {
+    {"HORA_RANK", "HOROVOD_RANK", G::kLauncherSet, "0", "Rank of this process in the job."},
+    {"HORA_SIZE", "HOROVOD_SIZE", G::kLauncherSet, "1", "Number of ranks in the job."},
+    {"HORA_LOCAL_RANK", "HOROVOD_LOCAL_RANK", G::kLauncherSet, "0",
+     "Rank among the processes of this host."},
+    {"HORA_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", G::kLauncherSet, "1",
+     "Number of ranks on this host."},
+    {"HORA_CROSS_RANK", "HOROVOD_CROSS_RANK", G::kLauncherSet, "0",
+     "Rank among the processes with the same local rank on other hosts."},
+    {"HORA_CROSS_SIZE", "HOROVOD_CROSS_SIZE", G::kLauncherSet, "1",
+     "Number of ranks with this local rank across hosts."},
+    {"HORA_HOSTNAME", "HOROVOD_HOSTNAME", G::kLauncherSet, "",
+     "Name of this host as the launcher knows it; tells hosts apart."},
+    {"HORA_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR", G::kLauncherSet, "",
+     "Address of the rendezvous store served by the launcher."},
+    {"HORA_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_PORT", G::kLauncherSet, "",
+     "Port of the rendezvous store."},
+    {"HORA_SECRET", "", G::kLauncherSet, "",
+     "Job secret that authenticates every store request and peer connection (HMAC-SHA256). "
+     "Set by the launcher in the environment, never on a command line."},
+    {"HORA_CHUNK_BYTES", "", G::kTuning, "256K",
+     "Pipelining unit: received data is reduced and forwarded in chunks of this size."},
+    {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, "",
+     "Network interface whose address peers connect to; default: the one that reaches the "
+     "rendezvous store."},
+    {"HORA_LOG_LEVEL", "HOROVOD_LOG_LEVEL", G::kTuning, "warning",
+     "Log level: trace, debug, info, warning, error, fatal."},
+    {"HORA_RING_THRESHOLD", "", G::kTuning, "64K",
+     "Allreduce messages up to this many bytes use recursive doubling (latency-optimal), "
+     "larger ones the ring (bandwidth-optimal)."},
+    {"HORA_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", G::kTuning, "30",
+     "Deadline of every blocking wait: a collective, connecting to peers, a store request."},
+    {"HORA_TRANSPORT", "", G::kTuning, "auto",
+     "Transport between ranks: auto or tcp (shared memory comes with a later release)."},
+};
+
+std::string badValue(std::string_view name, const std::string& value, std::string_view want) {
+  std::ostringstream s;
+  s << "environment variable " << name << "='" << value << "' is invalid: expected " << want;
+  return s.str();
+}
+
+}  // namespace
+
+std::span<const KnobSpec> allKnobs() { return kKnobs; }
+
+const KnobSpec& knob(std::string_view name) {
+  for (const auto& k : kKnobs)
+    if (k.name == name) return k;
+  throw InternalError("undeclared knob " + std::string(name) + " (add it to kKnobs)");
+}
+
+std::string knobsMarkdown() {
+  std::ostringstream s;
+  s << "| variable | default | Horovod alias | meaning |\n| --- | --- | --- | --- |\n";
+  for (const auto& k : kKnobs) {
+    s << "| `" << k.name << "` | " << (k.default_value.empty() ? "-" : k.default_value) << " | "
+      << (k.horovod_alias.empty() ? "-" : k.horovod_alias) << " | " << k.help << " |\n";
+  }
+  return s.str();
+}
+
+Env Env::fromProcess() {
+  Env env;
+  for (const auto& k : kKnobs) {
+    // The only getenv calls in hora (Note [knob table]).
+    if (const char* v = std::getenv(std::string(k.name).c_str())) {
+      env.values_.emplace(k.name, v);
+    } else if (!k.horovod_alias.empty()) {
+      if (const char* a = std::getenv(std::string(k.horovod_alias).c_str())) {
+        HORA_LOG(info, "using {}={} as {}", k.horovod_alias, a, k.name);
+        env.values_.emplace(k.name, a);
+      }
+    }
+  }
+  return env;
+}
+
+Env Env::fromMap(const std::map<std::string, std::string>& values) {
+  Env env;
+  for (const auto& k : kKnobs) {
+    auto it = values.find(std::string(k.name));
+    if (it == values.end() && !k.horovod_alias.empty())
+      it = values.find(std::string(k.horovod_alias));
+    if (it != values.end()) env.values_.emplace(k.name, it->second);
+  }
+  return env;
+}
+
+std::optional<std::string> Env::raw(std::string_view name) const {
+  knob(name);  // reject undeclared names early
+  auto it = values_.find(name);
+  if (it == values_.end()) return std::nullopt;
+  return it->second;
+}
+
+std::string Env::getString(std::string_view name) const {
+  auto v = raw(name);
+  return v ? *v : std::string(knob(name).default_value);
+}
+
+int64_t Env::getInt(std::string_view name, int64_t min, int64_t max) const {
+  const std::string text = getString(name);
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < min || value > max) {
+    throw InvalidArgumentError(badValue(name, text, "an integer in [" + std::to_string(min) +
+                                                        ", " + std::to_string(max) + "]"));
+  }
+  return value;
+}
+
+double Env::getDouble(std::string_view name, double min, double max) const {
+  const std::string text = getString(name);
+  char* end = nullptr;
+  errno = 0;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || errno != 0 || *end != '\0' || !std::isfinite(value) || value < min ||
+      value > max) {
+    std::ostringstream want;
+    want << "a number in [" << min << ", " << max << "]";
+    throw InvalidArgumentError(badValue(name, text, want.str()));
+  }
+  return value;
+}
+
+bool Env::getBool(std::string_view name) const {
+  const std::string text = getString(name);
+  if (text == "1" || text == "true" || text == "yes" || text == "on") return true;
+  if (text == "0" || text == "false" || text == "no" || text == "off" || text.empty()) return false;
+  throw InvalidArgumentError(badValue(name, text, "0 or 1"));
+}
+
+std::optional<int64_t> parseBytes(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  int64_t multiplier = 1;
+  switch (text.back()) {
+    case 'K': case 'k': multiplier = int64_t{1} << 10; break;
+    case 'M': case 'm': multiplier = int64_t{1} << 20; break;
+    case 'G': case 'g': multiplier = int64_t{1} << 30; break;
+    default: break;
+  }
+  if (multiplier != 1) text.remove_suffix(1);
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size() || value < 0) return std::nullopt;
+  if (value > INT64_MAX / multiplier) return std::nullopt;
+  return value * multiplier;
+}
+
+int64_t Env::getBytes(std::string_view name, int64_t min, int64_t max) const {
+  const std::string text = getString(name);
+  auto value = parseBytes(text);
+  if (!value || *value < min || *value > max) {
+    throw InvalidArgumentError(badValue(
+        name, text, "a byte count (suffix K, M or G allowed) in [" + std::to_string(min) + ", " +
+                        std::to_string(max) + "]"));
+  }
+  return *value;
+}
+
+}  // namespace hora::common

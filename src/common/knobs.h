@@ -1,0 +1,62 @@
+// The one registry of HORA_* environment variables, and the only code that reads the process
+// environment.
+//
+// Every variable hora reads is declared once in kKnobs (knobs.cc) with its type, default,
+// Horovod alias and help text; docs/knobs.md and `horarun --help` are generated from that table.
+// Env is an immutable snapshot taken once (at Communicator creation); typed getters validate the
+// value and throw InvalidArgumentError naming the variable. A HOROVOD_* alias is accepted with a
+// one-line notice when the HORA_* name is unset.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace hora::common {
+
+enum class KnobGroup { kLauncherSet, kTuning };
+
+struct KnobSpec {
+  std::string_view name;
+  std::string_view horovod_alias;  // empty when Horovod has no such variable
+  KnobGroup group;
+  std::string_view default_value;  // as text, as a user would write it
+  std::string_view help;
+};
+
+std::span<const KnobSpec> allKnobs();
+const KnobSpec& knob(std::string_view name);  // throws InternalError for an undeclared name
+
+// A markdown table of every knob (docs/knobs.md).
+std::string knobsMarkdown();
+
+class Env {
+ public:
+  // Snapshot of every declared knob, looked up through `lookup` (getenv by default; tests pass
+  // a map).
+  static Env fromProcess();
+  static Env fromMap(const std::map<std::string, std::string>& values);
+
+  // The raw value set by the user, or nullopt when neither the name nor its alias is set.
+  std::optional<std::string> raw(std::string_view name) const;
+  bool isSet(std::string_view name) const { return raw(name).has_value(); }
+
+  std::string getString(std::string_view name) const;
+  int64_t getInt(std::string_view name, int64_t min, int64_t max) const;
+  double getDouble(std::string_view name, double min, double max) const;
+  bool getBool(std::string_view name) const;
+  // Accepts plain bytes or a K/M/G suffix (powers of 1024).
+  int64_t getBytes(std::string_view name, int64_t min, int64_t max) const;
+
+ private:
+  std::map<std::string, std::string, std::less<>> values_;
+};
+
+// Parses "64", "4K", "1M", "2G" (powers of 1024). nullopt when malformed.
+std::optional<int64_t> parseBytes(std::string_view text);
+
+}  // namespace hora::common

@@ -1,0 +1,39 @@
+// Establishes the TCP mesh of a communicator: one authenticated connection per pair of ranks.
+//
+// Note [pair handshake]: every rank listens on an ephemeral port and publishes "host:port" in the
+// store under "<prefix>tcp/<rank>". Rank i connects to every rank j < i and accepts from every
+// rank j > i (no cycle, so no deadlock). On accept, the acceptor sends "HRH1" + a random
+// challenge; the connector answers with its rank and HMAC(secret, "pair" | challenge | from | to);
+// the acceptor answers with HMAC(secret, "pair-ok" | challenge | from | to), so both sides prove
+// the job secret without sending it. A connection that fails the handshake (garbage, a wrong
+// secret, a rank outside the job, silence for 5 s) is logged and dropped, and
+// the acceptor keeps waiting for the real peer until the deadline.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "common/socket.h"
+#include "rendezvous/store.h"
+
+namespace hora::transport::tcp {
+
+struct MeshOptions {
+  int rank = 0;
+  int size = 1;
+  std::string secret;
+  std::string advertise_host;  // the address peers connect to (also bound)
+  std::string key_prefix;
+};
+
+struct PeerConnection {
+  common::Fd fd;
+  std::string address;  // host:port of the peer's end, for messages
+};
+
+// Returns `size` entries; entry `rank` is empty.
+std::vector<PeerConnection> connectMesh(const MeshOptions& options, rendezvous::Store& store,
+                                        const common::Deadline& deadline);
+
+}  // namespace hora::transport::tcp

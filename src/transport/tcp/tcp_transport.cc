@@ -1,0 +1,292 @@
+#include "transport/tcp/tcp_transport.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "common/logging.h"
+#include "transport/tcp/frame.h"
+
+namespace hora::transport::tcp {
+
+// Note [peer liveness]: a rank learns that a peer is gone from its socket: read() returning 0,
+// or, for a peer the current transfer set does not involve, POLLRDHUP. A peer that shut down
+// cleanly sent a kGoodbye frame first, so a close with nothing buffered before it means the
+// peer died. A peer that is ahead of us may have buffered frames of a later collective before
+// its close; we cannot look past those without consuming them, so such a peer is judged when
+// this rank reads from it.
+
+struct TcpTransport::Lane {
+  std::vector<Transfer*> queue;
+  size_t head = 0;
+  FrameHeader header;
+  size_t header_done = 0;
+  size_t scratch_fill = 0;
+  bool want_io = false;  // blocked on the socket (not on `ready`)
+  bool idle() const { return head == queue.size(); }
+};
+
+struct TcpTransport::PeerRun {
+  Lane send;
+  Lane recv;
+};
+
+TcpTransport::TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes)
+    : rank_(rank), peers_(std::move(peers)), departed_(peers_.size(), false),
+      chunk_bytes_(chunk_bytes), scratch_(peers_.size()) {
+  for (auto& p : peers_)
+    if (p.fd.valid()) common::setNonBlocking(p.fd.get());
+}
+
+TcpTransport::~TcpTransport() {
+  if (broken_) return;  // a broken stream may hold half a frame; just close
+  FrameHeader bye;
+  bye.kind = FrameKind::kGoodbye;
+  for (auto& p : peers_) {
+    if (!p.fd.valid()) continue;
+    [[maybe_unused]] auto n = ::send(p.fd.get(), &bye, sizeof(bye), MSG_NOSIGNAL | MSG_DONTWAIT);
+    ::shutdown(p.fd.get(), SHUT_WR);
+  }
+}
+
+std::string TcpTransport::describePeer(int rank) const {
+  const auto& p = peers_[static_cast<size_t>(rank)];
+  return "rank " + std::to_string(rank) + " (" + p.address + ")";
+}
+
+void TcpTransport::fail(Error error) {
+  broken_ = error;
+  rethrowAs(error);
+}
+
+void TcpTransport::validateHeader(int peer, const FrameHeader& h, const Transfer& t,
+                                  const OpTag& tag) {
+  const std::string who = describePeer(peer);
+  const std::string here = std::string(tag.name) + " #" + std::to_string(tag.sequence);
+  if (h.magic != kFrameMagic)
+    fail(PeerError(who + " sent bytes that are not a hora frame during " + here +
+                   " (garbage on the data connection)"));
+  if (h.kind == FrameKind::kGoodbye)
+    fail(PeerError(who + " has shut down its communicator while this rank still expects " +
+                   std::to_string(t.bytes) + " bytes from it in " + here));
+  if (h.sequence != tag.sequence || h.op != tag.op)
+    fail(MismatchError(who + " is in collective #" + std::to_string(h.sequence) + " (op " +
+                       std::to_string(h.op) + ") while this rank is in " + here +
+                       ": ranks called collectives in different orders or counts"));
+  if (h.bytes != t.bytes)
+    fail(MismatchError(who + " sends " + std::to_string(h.bytes) + " bytes where this rank expects " +
+                       std::to_string(t.bytes) + " in " + here +
+                       ": counts or data types differ between ranks"));
+}
+
+bool TcpTransport::progressSend(int peer, Lane& lane, const OpTag& tag) {
+  bool progressed = false;
+  lane.want_io = false;
+  const int fd = peers_[static_cast<size_t>(peer)].fd.get();
+  while (!lane.idle()) {
+    Transfer& t = *lane.queue[lane.head];
+    if (lane.header_done == 0) lane.header = {kFrameMagic, tag.op, FrameKind::kData, tag.sequence, t.bytes};
+    const size_t avail = t.ready ? std::min(*t.ready, t.bytes) : t.bytes;
+    iovec iov[2];
+    int n = 0;
+    if (lane.header_done < sizeof(FrameHeader))
+      iov[n++] = {reinterpret_cast<char*>(&lane.header) + lane.header_done,
+                  sizeof(FrameHeader) - lane.header_done};
+    if (t.done < avail) iov[n++] = {t.data + t.done, avail - t.done};
+    if (n == 0) {
+      if (t.done < t.bytes) return progressed;  // waiting for `ready`, not for the socket
+      ++lane.head;
+      lane.header_done = 0;
+      continue;
+    }
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    const ssize_t w = ::sendmsg(fd, &msg, MSG_NOSIGNAL);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        lane.want_io = true;
+        return progressed;
+      }
+      fail(PeerError("sending to " + describePeer(peer) + " failed in " + std::string(tag.name) +
+                     ": " + std::strerror(errno) + " (the peer died or closed its connection)"));
+    }
+    progressed = true;
+    size_t k = static_cast<size_t>(w);
+    const size_t h = std::min(k, sizeof(FrameHeader) - lane.header_done);
+    lane.header_done += h;
+    t.done += k - h;
+  }
+  return progressed;
+}
+
+bool TcpTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
+  bool progressed = false;
+  lane.want_io = false;
+  const int fd = peers_[static_cast<size_t>(peer)].fd.get();
+  while (!lane.idle()) {
+    Transfer& t = *lane.queue[lane.head];
+    const bool header_complete = lane.header_done == sizeof(FrameHeader);
+    if (header_complete && t.done == t.bytes) {
+      ++lane.head;
+      lane.header_done = 0;
+      continue;
+    }
+    iovec iov[2];
+    int n = 0;
+    if (!header_complete)
+      iov[n++] = {reinterpret_cast<char*>(&lane.header) + lane.header_done,
+                  sizeof(FrameHeader) - lane.header_done};
+    std::byte* dest = nullptr;
+    size_t want = 0;
+    if (t.data != nullptr) {
+      dest = t.data + t.done;
+      want = t.bytes - t.done;
+    } else if (t.bytes > 0) {
+      auto& scratch = scratch_[static_cast<size_t>(peer)];
+      if (scratch.empty()) scratch.resize(chunk_bytes_);
+      const size_t chunk = std::min(chunk_bytes_, t.bytes - t.done);
+      dest = scratch.data() + lane.scratch_fill;
+      want = chunk - lane.scratch_fill;
+    }
+    // Until the header is validated, read no further than this frame's payload.
+    if (want > 0) iov[n++] = {dest, want};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    const ssize_t r = ::recvmsg(fd, &msg, 0);
+    if (r == 0) {
+      fail(PeerError(describePeer(peer) + " closed the connection while this rank expects " +
+                     std::to_string(t.bytes - t.done) + " more bytes from it in " +
+                     std::string(tag.name) + " #" + std::to_string(tag.sequence) +
+                     " (the process died or was killed)"));
+    }
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        lane.want_io = true;
+        return progressed;
+      }
+      fail(PeerError("receiving from " + describePeer(peer) + " failed in " +
+                     std::string(tag.name) + ": " + std::strerror(errno) +
+                     " (the peer died or reset its connection)"));
+    }
+    progressed = true;
+    size_t k = static_cast<size_t>(r);
+    if (!header_complete) {
+      const size_t h = std::min(k, sizeof(FrameHeader) - lane.header_done);
+      lane.header_done += h;
+      k -= h;
+      if (lane.header_done == sizeof(FrameHeader)) validateHeader(peer, lane.header, t, tag);
+    }
+    if (k == 0) continue;
+    if (t.data != nullptr) {
+      t.done += k;
+    } else {
+      lane.scratch_fill += k;
+      const size_t chunk = std::min(chunk_bytes_, t.bytes - t.done);
+      if (lane.scratch_fill == chunk) {
+        t.on_chunk(t.done, scratch_[static_cast<size_t>(peer)].data(), chunk);
+        t.done += chunk;
+        lane.scratch_fill = 0;
+      }
+    }
+  }
+  return progressed;
+}
+
+void TcpTransport::checkIdlePeer(int peer, std::vector<bool>& unwatched) {
+  FrameHeader h;
+  const ssize_t r = ::recv(peers_[static_cast<size_t>(peer)].fd.get(), &h, sizeof(h),
+                           MSG_PEEK | MSG_DONTWAIT);
+  if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+    fail(PeerError(describePeer(peer) + " closed its connection without shutting down "
+                   "(the process died or was killed)"));
+  if (r == static_cast<ssize_t>(sizeof(h)) && h.magic == kFrameMagic &&
+      h.kind == FrameKind::kGoodbye)
+    departed_[static_cast<size_t>(peer)] = true;
+  // Otherwise it holds data of a later collective: judged when read (Note [peer liveness]).
+  unwatched[static_cast<size_t>(peer)] = true;
+}
+
+void TcpTransport::failTimeout(const std::vector<PeerRun>& runs, const OpTag& tag,
+                               const common::Deadline& deadline) {
+  std::string owed;
+  for (size_t p = 0; p < runs.size(); ++p) {
+    const auto& recv = runs[p].recv;
+    if (!recv.idle()) {
+      const Transfer& t = *recv.queue[recv.head];
+      owed += "; receiving from " + describePeer(static_cast<int>(p)) + ": " +
+              std::to_string(t.done) + " of " + std::to_string(t.bytes) + " bytes arrived";
+    }
+    const auto& send = runs[p].send;
+    if (!send.idle() && send.want_io) {
+      const Transfer& t = *send.queue[send.head];
+      owed += "; sending to " + describePeer(static_cast<int>(p)) + ": " +
+              std::to_string(t.done) + " of " + std::to_string(t.bytes) +
+              " bytes accepted (the peer is not reading)";
+    }
+  }
+  fail(TimeoutError("timed out after " + std::to_string(deadline.timeout().count()) + " ms in " +
+                    std::string(tag.name) + " #" + std::to_string(tag.sequence) + owed));
+}
+
+void TcpTransport::run(std::span<Transfer> transfers, const OpTag& tag,
+                       const common::Deadline& deadline) {
+  if (broken_) rethrowAs(*broken_);
+  std::vector<PeerRun> runs(peers_.size());
+  std::vector<int> active;
+  for (Transfer& t : transfers) {
+    if (t.peer < 0 || t.peer >= size() || t.peer == rank_)
+      throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
+    auto& run = runs[static_cast<size_t>(t.peer)];
+    (t.kind == Transfer::Kind::kSend ? run.send : run.recv).queue.push_back(&t);
+  }
+  for (int p = 0; p < size(); ++p) {
+    const auto& r = runs[static_cast<size_t>(p)];
+    if (!r.send.idle() || !r.recv.idle()) active.push_back(p);
+  }
+  std::vector<bool> unwatched(peers_.size(), false);
+  std::vector<pollfd> fds;
+  std::vector<int> fd_peer;
+  while (true) {
+    bool progressed = false, pending = false;
+    for (int p : active) {
+      auto& r = runs[static_cast<size_t>(p)];
+      progressed |= progressSend(p, r.send, tag);
+      progressed |= progressRecv(p, r.recv, tag);
+      pending |= !r.send.idle() || !r.recv.idle();
+    }
+    if (!pending) return;
+    if (progressed) continue;
+    fds.clear();
+    fd_peer.clear();
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank_) continue;
+      const auto& r = runs[static_cast<size_t>(p)];
+      short events = 0;
+      if (r.send.want_io) events |= POLLOUT;
+      if (!r.recv.idle()) events |= POLLIN;
+      const bool involved = !r.send.idle() || !r.recv.idle();
+      if (!involved && !unwatched[static_cast<size_t>(p)] && !departed_[static_cast<size_t>(p)])
+        events |= POLLRDHUP;
+      if (events == 0) continue;
+      fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), events, 0});
+      fd_peer.push_back(p);
+    }
+    const int n = ::poll(fds.data(), fds.size(), deadline.pollTimeoutMs());
+    if (n < 0 && errno != EINTR) fail(InternalError(std::string("poll failed: ") + std::strerror(errno)));
+    if (n == 0 && deadline.expired()) failTimeout(runs, tag, deadline);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      const int p = fd_peer[i];
+      const auto& r = runs[static_cast<size_t>(p)];
+      if (fds[i].revents != 0 && r.send.idle() && r.recv.idle()) checkIdlePeer(p, unwatched);
+    }
+  }
+}
+
+}  // namespace hora::transport::tcp

@@ -1,0 +1,56 @@
+// TcpTransport: the Transport over one TCP connection per pair of ranks (full mesh).
+//
+// run() drives every transfer of a set from the calling thread with non-blocking sockets and
+// poll(): it writes until the kernel pushes back, reads until nothing is left, and only then
+// sleeps in poll() until a socket is ready or the deadline passes (no spinning, so 4 ranks on 2
+// cores make progress). Payloads are framed (frame.h). Peers that the current set does not
+// involve are watched for a close too, so a rank that dies is named at once by everyone.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "hora/errors.h"
+#include "transport/tcp/tcp_connect.h"
+#include "transport/transport.h"
+
+namespace hora::transport::tcp {
+
+class TcpTransport final : public Transport {
+ public:
+  TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes);
+  // Says goodbye to every peer (Note [peer liveness]) and closes the connections.
+  ~TcpTransport() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(peers_.size()); }
+  size_t chunkBytes() const override { return chunk_bytes_; }
+  std::string describePeer(int rank) const override;
+  void run(std::span<Transfer> transfers, const OpTag& tag,
+           const common::Deadline& deadline) override;
+
+  // Tests only: the raw socket to `peer`, to inject garbage.
+  int socketForTesting(int peer) const { return peers_[static_cast<size_t>(peer)].fd.get(); }
+
+ private:
+  struct Lane;
+  struct PeerRun;
+  bool progressSend(int peer, Lane& lane, const OpTag& tag);
+  bool progressRecv(int peer, Lane& lane, const OpTag& tag);
+  void checkIdlePeer(int peer, std::vector<bool>& unwatched);
+  void validateHeader(int peer, const struct FrameHeader& h, const Transfer& t, const OpTag& tag);
+  [[noreturn]] void fail(Error error);
+  [[noreturn]] void failTimeout(const std::vector<PeerRun>& runs, const OpTag& tag,
+                                const common::Deadline& deadline);
+
+  const int rank_;
+  std::vector<PeerConnection> peers_;
+  std::vector<bool> departed_;  // peer said goodbye
+  const size_t chunk_bytes_;
+  std::vector<std::vector<std::byte>> scratch_;  // per peer, chunk_bytes_ each, made on demand
+  std::optional<Error> broken_;
+};
+
+}  // namespace hora::transport::tcp
