@@ -7,6 +7,12 @@ set(CMAKE_DEPENDS_GENERATOR "Unix Makefiles")
 # The top level Makefile was generated from the following files:
 set(CMAKE_MAKEFILE_DEPENDS
   "CMakeCache.txt"
+  "/usr/lib/x86_64-linux-gnu/cmake/GTest/GMockTargets-none.cmake"
+  "/usr/lib/x86_64-linux-gnu/cmake/GTest/GMockTargets.cmake"
+  "/usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfig.cmake"
+  "/usr/lib/x86_64-linux-gnu/cmake/GTest/GTestConfigVersion.cmake"
+  "/usr/lib/x86_64-linux-gnu/cmake/GTest/GTestTargets-none.cmake"
+  "/usr/lib/x86_64-linux-gnu/cmake/GTest/GTestTargets.cmake"
   "/usr/lib/x86_64-linux-gnu/cmake/fmt/fmt-config-version.cmake"
   "/usr/lib/x86_64-linux-gnu/cmake/fmt/fmt-config.cmake"
   "/usr/lib/x86_64-linux-gnu/cmake/fmt/fmt-targets-none.cmake"
@@ -33,12 +39,14 @@ set(CMAKE_MAKEFILE_DEPENDS
   "/usr/share/cmake-3.25/Modules/Compiler/GNU-C.cmake"
   "/usr/share/cmake-3.25/Modules/Compiler/GNU-CXX.cmake"
   "/usr/share/cmake-3.25/Modules/Compiler/GNU.cmake"
+  "/usr/share/cmake-3.25/Modules/FindGTest.cmake"
   "/usr/share/cmake-3.25/Modules/FindOpenSSL.cmake"
   "/usr/share/cmake-3.25/Modules/FindPackageHandleStandardArgs.cmake"
   "/usr/share/cmake-3.25/Modules/FindPackageMessage.cmake"
   "/usr/share/cmake-3.25/Modules/FindPkgConfig.cmake"
   "/usr/share/cmake-3.25/Modules/FindThreads.cmake"
   "/usr/share/cmake-3.25/Modules/GNUInstallDirs.cmake"
+  "/usr/share/cmake-3.25/Modules/GoogleTest.cmake"
   "/usr/share/cmake-3.25/Modules/Internal/CheckSourceCompiles.cmake"
   "/usr/share/cmake-3.25/Modules/Platform/Linux-GNU-C.cmake"
   "/usr/share/cmake-3.25/Modules/Platform/Linux-GNU-CXX.cmake"
@@ -81,4 +89,5 @@ set(CMAKE_DEPEND_INFO_FILES
   "src/CMakeFiles/hora_core.dir/DependInfo.cmake"
   "src/CMakeFiles/hora.dir/DependInfo.cmake"
   "launcher/CMakeFiles/horarun.dir/DependInfo.cmake"
+  "tests/CMakeFiles/hora_tests.dir/DependInfo.cmake"
   )
