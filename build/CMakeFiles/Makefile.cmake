@@ -56,6 +56,9 @@ set(CMAKE_MAKEFILE_DEPENDS
   "/usr/share/cmake-3.25/Modules/WriteBasicConfigVersionFile.cmake"
   "/usr/share/cmake/CLI11/CLI11Config.cmake"
   "/usr/share/cmake/CLI11/CLI11ConfigVersion.cmake"
+  "/usr/share/cmake/nlohmann_json/nlohmann_jsonConfig.cmake"
+  "/usr/share/cmake/nlohmann_json/nlohmann_jsonConfigVersion.cmake"
+  "/usr/share/cmake/nlohmann_json/nlohmann_jsonTargets.cmake"
   "/work/main/CMakeLists.txt"
   "/work/main/benchmarks/CMakeLists.txt"
   "CMakeFiles/3.25.1/CMakeCCompiler.cmake"
@@ -89,5 +92,6 @@ set(CMAKE_DEPEND_INFO_FILES
   "src/CMakeFiles/hora_core.dir/DependInfo.cmake"
   "src/CMakeFiles/hora.dir/DependInfo.cmake"
   "launcher/CMakeFiles/horarun.dir/DependInfo.cmake"
+  "benchmarks/CMakeFiles/hora-bench.dir/DependInfo.cmake"
   "tests/CMakeFiles/hora_tests.dir/DependInfo.cmake"
   )
