@@ -82,12 +82,17 @@ void Identity::validate() const {
   auto bad = [](const std::string& what) {
     throw InvalidArgumentError("inconsistent identity: " + what);
   };
-  if (size < 1) bad("size " + std::to_string(size) + " < 1");
-  if (rank < 0 || rank >= size) bad("rank " + std::to_string(rank) + " outside [0, " + std::to_string(size) + ")");
-  if (local_size < 1 || local_size > size) bad("local_size " + std::to_string(local_size));
-  if (local_rank < 0 || local_rank >= local_size) bad("local_rank " + std::to_string(local_rank) + " >= local_size " + std::to_string(local_size));
-  if (cross_size < 1 || cross_size > size) bad("cross_size " + std::to_string(cross_size));
-  if (cross_rank < 0 || cross_rank >= cross_size) bad("cross_rank " + std::to_string(cross_rank) + " >= cross_size " + std::to_string(cross_size));
+  const auto s = [](int v) { return std::to_string(v); };
+  if (size < 1) bad("size (HORA_SIZE) " + s(size) + " < 1");
+  if (rank < 0 || rank >= size) bad("rank (HORA_RANK) " + s(rank) + " outside [0, " + s(size) + ")");
+  if (local_size < 1 || local_size > size)
+    bad("local_size (HORA_LOCAL_SIZE) " + s(local_size) + " outside [1, " + s(size) + "]");
+  if (local_rank < 0 || local_rank >= local_size)
+    bad("local_rank (HORA_LOCAL_RANK) " + s(local_rank) + " outside [0, " + s(local_size) + ")");
+  if (cross_size < 1 || cross_size > size)
+    bad("cross_size (HORA_CROSS_SIZE) " + s(cross_size) + " outside [1, " + s(size) + "]");
+  if (cross_rank < 0 || cross_rank >= cross_size)
+    bad("cross_rank (HORA_CROSS_RANK) " + s(cross_rank) + " outside [0, " + s(cross_size) + ")");
 }
 
 CommunicatorOptions CommunicatorOptions::fromEnvironment() {

@@ -1,0 +1,142 @@
+// The public API's argument checks, mismatches between ranks, knobs and identity parsing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/config.h"
+#include "common/knobs.h"
+#include "harness.h"
+#include "hora/c_api.h"
+#include "hora/errors.h"
+
+namespace hora::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <typename F>
+void expectInvalid(F f, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no InvalidArgumentError (wanted one mentioning '" << needle << "')";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(Api, BadArgumentsAreTypedErrorsNamingTheArgumentAndLeaveTheCommunicatorUsable) {
+  runThreads(2, [](Communicator& c) {
+    float buf[8] = {};
+    const std::vector<size_t> counts{4, 4}, wrong_len{4};
+    expectInvalid([&] { c.allreduce(nullptr, buf, 3, DataType::kFloat32); }, "send buffer is null");
+    expectInvalid([&] { c.allreduce(buf, nullptr, 3, DataType::kFloat32); }, "recv buffer is null");
+    expectInvalid([&] { c.allreduce(buf, buf, 3, static_cast<DataType>(42)); }, "unknown data type 42");
+    expectInvalid([&] { c.allreduce(buf, buf, 3, DataType::kFloat32, {static_cast<ReduceOp>(9)}); }, "unknown reduce op 9");
+    expectInvalid([&] { c.allreduce(buf, buf, 3, DataType::kFloat32, {ReduceOp::kSum, NAN}); }, "prescale");
+    expectInvalid([&] { c.broadcast(buf, 3, DataType::kFloat32, 2); }, "root 2");
+    expectInvalid([&] { c.broadcast(buf, 3, DataType::kFloat32, -1); }, "root -1");
+    expectInvalid([&] { c.allgather(buf, 3, buf, counts, DataType::kFloat32); }, "send_count 3");
+    expectInvalid([&] { c.allgather(buf, 4, buf, wrong_len, DataType::kFloat32); }, "one per rank");
+    expectInvalid([&] { c.reducescatter(buf, buf, wrong_len, DataType::kFloat32); }, "recv_counts");
+    expectInvalid([&] { c.alltoall(buf, counts, buf, wrong_len, DataType::kFloat32); }, "recv_counts");
+    // Still usable: nothing was sent.
+    float x = static_cast<float>(c.rank() + 1), y = 0;
+    c.allreduce(&x, &y, 1, DataType::kFloat32);
+    EXPECT_EQ(y, 3.0f);
+  });
+}
+
+TEST(Api, CountsThatDisagreeBetweenRanksFailOnEveryRankWithoutHanging) {
+  CommunicatorOptions o = testOptions();
+  o.timeout = 5s;
+  for (size_t big : {size_t{100}, size_t{1} << 16}) {  // recursive doubling and ring
+    const auto errors = runThreadsCollectErrors(2, [&](Communicator& c) {
+      std::vector<float> v(big + 8, 1.0f);
+      c.allreduce(v.data(), v.data(), big + static_cast<size_t>(c.rank()) * 4, DataType::kFloat32);
+    }, o);
+    for (int r = 0; r < 2; ++r) {
+      EXPECT_NE(errors[static_cast<size_t>(r)], "") << "rank " << r << " succeeded with count " << big;
+      EXPECT_NE(errors[static_cast<size_t>(r)].find("rank " + std::to_string(1 - r)), std::string::npos)
+          << errors[static_cast<size_t>(r)];
+    }
+  }
+}
+
+TEST(Api, DifferentCollectivesOnDifferentRanksAreAMismatch) {
+  CommunicatorOptions o = testOptions();
+  o.timeout = 5s;
+  const auto errors = runThreadsCollectErrors(2, [&](Communicator& c) {
+    float v[4] = {1, 2, 3, 4};
+    if (c.rank() == 0) c.allreduce(v, v, 4, DataType::kFloat32);
+    else c.broadcast(v, 4, DataType::kFloat32, 1);
+  }, o);
+  EXPECT_NE(errors[0], "");
+  EXPECT_NE(errors[0].find("different orders"), std::string::npos) << errors[0];
+}
+
+TEST(Api, SizeOneCommunicatorComputesLocally) {
+  auto c = Communicator::create(Identity{}, RendezvousOptions{}, testOptions());
+  int32_t x[3] = {7, 8, 9}, y[3] = {};
+  c->allreduce(x, y, 3, DataType::kInt32, {ReduceOp::kAverage, 1.0, 2.0});
+  EXPECT_EQ(y[0], 14);
+  float f[2] = {1, 2};
+  c->allreduce(f, f, 2, DataType::kFloat32, {ReduceOp::kSum, 3.0, 1.0});
+  EXPECT_EQ(f[1], 6.0f);
+  const std::vector<size_t> one{2};
+  float g[2];
+  c->allgather(f, 2, g, one, DataType::kFloat32);
+  EXPECT_EQ(g[0], 3.0f);
+  c->barrier();
+}
+
+TEST(Knobs, TypedParsingNamesTheVariable) {
+  auto env = common::Env::fromMap({{"HORA_TIMEOUT_SECONDS", "abc"}, {"HORA_RING_THRESHOLD", "2M"},
+                                   {"HOROVOD_LOG_LEVEL", "debug"}});
+  EXPECT_EQ(env.getBytes("HORA_RING_THRESHOLD", 0, INT64_MAX), 2 << 20);
+  EXPECT_EQ(env.getString("HORA_LOG_LEVEL"), "debug");  // the Horovod alias
+  expectInvalid([&] { common::communicatorOptionsFrom(env); }, "HORA_TIMEOUT_SECONDS='abc'");
+  expectInvalid([&] { common::communicatorOptionsFrom(common::Env::fromMap({{"HORA_CHUNK_BYTES", "100"}})); },
+                "HORA_CHUNK_BYTES");
+  expectInvalid([&] { common::communicatorOptionsFrom(common::Env::fromMap({{"HORA_TRANSPORT", "carrier-pigeon"}})); },
+                "HORA_TRANSPORT");
+  const auto o = common::communicatorOptionsFrom(common::Env::fromMap({{"HORA_TIMEOUT_SECONDS", "2.5"}}));
+  EXPECT_EQ(o.timeout, 2500ms);
+  EXPECT_EQ(common::parseBytes("4K"), 4096);
+  EXPECT_EQ(common::parseBytes("x"), std::nullopt);
+  EXPECT_NE(common::knobsMarkdown().find("HORA_TIMEOUT_SECONDS"), std::string::npos);
+}
+
+TEST(Identity, FromEnvironment) {
+  const auto alone = common::identityFrom(common::Env::fromMap({}));
+  EXPECT_EQ(alone.size, 1);
+  EXPECT_EQ(alone.rank, 0);
+  const auto id = common::identityFrom(common::Env::fromMap(
+      {{"HORA_RANK", "5"}, {"HORA_SIZE", "8"}, {"HORA_LOCAL_RANK", "1"}, {"HORA_LOCAL_SIZE", "4"},
+       {"HORA_CROSS_RANK", "1"}, {"HORA_CROSS_SIZE", "2"}, {"HORA_HOSTNAME", "b"}}));
+  EXPECT_EQ(id.rank, 5);
+  EXPECT_EQ(id.local_rank, 1);
+  EXPECT_EQ(id.cross_size, 2);
+  EXPECT_EQ(id.hostname, "b");
+  expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "8"}, {"HORA_SIZE", "8"}})); }, "HORA_RANK");
+  expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "1"}})); }, "HORA_SIZE");
+  expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_LOCAL_RANK", "1"}, {"HORA_LOCAL_SIZE", "1"}})); }, "HORA_LOCAL_RANK");
+  expectInvalid([] { common::rendezvousOptionsFrom(common::Env::fromMap({}), 2); }, "HORA_RENDEZVOUS_ADDR");
+}
+
+TEST(CApi, StatusesAndMessages) {
+  // Without HORA_* variables (the test process has none) the C ABI gives a size-1 communicator.
+  hora_comm* comm = nullptr;
+  ASSERT_EQ(hora_comm_init(&comm), HORA_OK) << hora_last_error();
+  EXPECT_EQ(hora_comm_size(comm), 1);
+  double x = 2, y = 0;
+  EXPECT_EQ(hora_allreduce(comm, &x, &y, 1, HORA_FLOAT64, HORA_SUM, 1.0, 1.5), HORA_OK);
+  EXPECT_EQ(y, 3.0);
+  EXPECT_EQ(hora_broadcast(comm, &x, 1, HORA_FLOAT64, 3), HORA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hora_last_error()).find("root 3"), std::string::npos) << hora_last_error();
+  EXPECT_EQ(hora_allgather(comm, &x, 1, &y, nullptr, HORA_FLOAT64), HORA_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(hora_barrier(nullptr), HORA_ERR_INVALID_ARGUMENT);
+  hora_comm_destroy(comm);
+}
+
+}  // namespace
+}  // namespace hora::testing

@@ -1,0 +1,90 @@
+// Failure tests with ranks as processes: SIGKILL or SIGSTOP one rank in the middle of a stream
+// of allreduces; every other rank must fail promptly with an error that names it.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <vector>
+
+#include "harness.h"
+#include "hora/errors.h"
+
+namespace hora::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Exit codes of the scenario: 0 = finished, 10 + ErrorKind = failed with that kind.
+int exitCodeFor(const Error& e) { return 10 + static_cast<int>(e.kind()); }
+
+HORA_WORKER_SCENARIO(allreduce_stream) {
+  try {
+    auto comm = Communicator::fromEnvironment();
+    std::vector<float> data(1 << 20, 1.0f);
+    comm->allreduce(data.data(), data.data(), data.size(), DataType::kFloat32);
+    std::printf("ready\n");
+    std::fflush(stdout);
+    const auto until = std::chrono::steady_clock::now() + 60s;
+    while (std::chrono::steady_clock::now() < until)
+      comm->allreduce(data.data(), data.data(), data.size(), DataType::kFloat32, {ReduceOp::kMax});
+    return 0;
+  } catch (const Error& e) {
+    std::printf("ERROR: %s\n", e.what());
+    return exitCodeFor(e);
+  }
+}
+
+void expectNamed(const WorkerOutcome& o, int rank, const std::string& victim) {
+  EXPECT_NE(o.output.find(victim), std::string::npos)
+      << "rank " << rank << " output does not name " << victim << ":\n" << o.output;
+}
+
+TEST(Faults, SigkillOneRankEveryOtherRankNamesItWithinTwoSeconds) {
+  constexpr int kRanks = 4, kVictim = 2;
+  ProcessJob job(kRanks, "allreduce_stream");
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job.waitForOutput(r, "ready", 30s)) << "rank " << r;
+  std::this_thread::sleep_for(100ms);
+  const auto killed_at = std::chrono::steady_clock::now();
+  ::kill(job.pid(kVictim), SIGKILL);
+  const auto outcomes = job.wait(20s);
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == kVictim) continue;
+    const auto& o = outcomes[static_cast<size_t>(r)];
+    EXPECT_EQ(o.exit_code, 10 + static_cast<int>(ErrorKind::kPeer)) << "rank " << r << ":\n" << o.output;
+    expectNamed(o, r, "rank 2");
+    EXPECT_LT(o.ended - killed_at, 2s) << "rank " << r << " took too long to fail";
+    if (r == 0) std::printf("rank 0 reported:\n%s\n", o.output.c_str());
+  }
+}
+
+TEST(Faults, SigstopOneRankOthersTimeOutNamingIt) {
+  constexpr int kRanks = 4, kVictim = 1;
+  ProcessJob job(kRanks, "allreduce_stream", {{"HORA_TIMEOUT_SECONDS", "3"}});
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job.waitForOutput(r, "ready", 30s)) << "rank " << r;
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ::kill(job.pid(kVictim), SIGSTOP);
+  std::vector<WorkerOutcome> outcomes;
+  // Wait for the others only; the stopped rank is killed by the job's destructor.
+  const auto until = stopped_at + 10s;
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == kVictim) continue;
+    ASSERT_TRUE(job.waitForOutput(r, "ERROR", std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now())))
+        << "rank " << r << " did not fail";
+  }
+  const auto failed_at = std::chrono::steady_clock::now();
+  EXPECT_LT(failed_at - stopped_at, 3s + 1s + 500ms);
+  ::kill(job.pid(kVictim), SIGKILL);
+  outcomes = job.wait(10s);
+  for (int r = 0; r < kRanks; ++r) {
+    if (r == kVictim) continue;
+    const auto& o = outcomes[static_cast<size_t>(r)];
+    const int code = o.exit_code - 10;
+    EXPECT_TRUE(code == static_cast<int>(ErrorKind::kTimeout) || code == static_cast<int>(ErrorKind::kPeer))
+        << "rank " << r << " exit " << o.exit_code << ":\n" << o.output;
+    expectNamed(o, r, "rank 1");
+    if (r == 0) std::printf("rank 0 reported:\n%s\n", o.output.c_str());
+  }
+}
+
+}  // namespace
+}  // namespace hora::testing
