@@ -47,6 +47,10 @@ struct Param {
   Mode mode;
 };
 
+void PrintTo(const Param& p, std::ostream* os) {
+  *os << "np" << p.size << " mode " << static_cast<int>(p.mode);
+}
+
 std::string paramName(const ::testing::TestParamInfo<Param>& info) {
   static const char* kModes[] = {"default", "ring_tiny_chunks", "tree_only"};
   return "np" + std::to_string(info.param.size) + "_" + kModes[static_cast<int>(info.param.mode)];

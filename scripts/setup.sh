@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Installs what hora needs from Debian (only what is missing), makes .venv from Debian's python
+# with the system site packages, builds hora in Release and installs it into .venv, so that
+# `source .venv/bin/activate` puts horarun and hora-bench on PATH. Idempotent and quiet when
+# there is nothing to do.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+
+packages=(
+  # build
+  cmake make g++ pkg-config
+  # libraries of the core, the launcher and the benchmarks
+  libssl-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  # tests: GoogleTest, clang for the libFuzzer target, iproute2 for the namespace tests
+  libgtest-dev libgmock-dev clang libclang-rt-14-dev iproute2 procps
+  # python side and the comparison benchmarks (OpenMPI, torch.distributed with gloo)
+  python3 python3-venv python3-numpy python3-matplotlib python3-torch
+  libopenmpi-dev openmpi-bin
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo=sudo
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+
+build=${HORA_BUILD_DIR:-build/release}
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$root/.venv" >/dev/null
+fi
+cmake --build "$build" -j "$(nproc)" 2>&1 | { grep -E "warning|error|Error" || true; }
+test "${PIPESTATUS[0]}" = 0
+cmake --install "$build" >/dev/null

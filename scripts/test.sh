@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Runs every test: the Release suite, the same suite under AddressSanitizer+UBSan and under
+# ThreadSanitizer, and the store's request fuzzer for a bounded time. Exits non-zero on any
+# failure. HORA_TEST_QUICK=1 skips the sanitizer builds (for a fast local loop).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$root"
+scripts/setup.sh
+
+failed=()
+run() {  # run NAME COMMAND...: records a failure instead of stopping, so every suite reports
+  local name=$1; shift
+  echo "=== $name"
+  local start=$SECONDS
+  if "$@"; then echo "=== $name: passed ($((SECONDS - start)) s)"; else echo "=== $name: FAILED ($((SECONDS - start)) s)"; failed+=("$name"); fi
+}
+
+jobs=$(nproc)
+run "release tests" ctest --test-dir build/release --output-on-failure -j "$jobs" --timeout 900
+
+sanitized() {  # sanitized DIR SANITIZERS
+  local dir=$1 san=$2
+  if [ ! -f "$dir/CMakeCache.txt" ]; then
+    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHORA_SANITIZE="$san" \
+      -DHORA_BUILD_BENCHMARKS=OFF >/dev/null
+  fi
+  cmake --build "$dir" -j "$jobs" --target hora_tests 2>&1 | { grep -E "warning|error" || true; }
+  # The 16 Mi-element cases take minutes under the sanitizers; every other case runs.
+  HORA_TEST_LARGE=0 ctest --test-dir "$dir" --output-on-failure -j "$jobs" --timeout 900 -L unit
+}
+if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
+  run "address+undefined sanitizer tests" sanitized build/asan address,undefined
+  run "thread sanitizer tests" sanitized build/tsan thread
+  run "store request fuzzer (60 s)" tests/fuzz/run_fuzzer.sh build/fuzz 60
+fi
+
+if ((${#failed[@]})); then
+  echo "FAILED: ${failed[*]}"
+  exit 1
+fi
+echo "all test suites passed"

@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# horarun and hora-bench end to end: exit codes, failures naming the rank, the secret kept off
+# command lines, bad flags, and checked benchmark runs of every collective.
+# usage: horarun_test.sh HORARUN HORA_BENCH
+set -uo pipefail
+horarun=$1 bench=$2
+passed=0 failed=0
+check() {  # check NAME CONDITION-EXIT-CODE
+  if [ "$2" = 0 ]; then passed=$((passed + 1)); echo "ok: $1"; else failed=$((failed + 1)); echo "FAILED: $1"; fi
+}
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+"$horarun" -np 3 sh -c 'test "$HORA_SIZE" = 3 && test -n "$HORA_SECRET" && echo "r$HORA_RANK"' >"$tmp/out" 2>&1
+check "three ranks run with the HORA_* environment" $?
+[ "$(sort "$tmp/out" | tr '\n' ' ')" = "r0 r1 r2 " ]; check "each rank has its own HORA_RANK" $?
+
+"$horarun" -np 3 sh -c 'if [ "$HORA_RANK" = 1 ]; then exit 7; fi; sleep 30' >"$tmp/out" 2>&1
+code=$?
+[ "$code" = 7 ]; check "a failing rank's exit code is horarun's (got $code)" $?
+grep -q "rank 1 exited with code 7" "$tmp/out"; check "horarun names the failed rank" $?
+
+start=$SECONDS
+"$horarun" -np 2 sh -c 'if [ "$HORA_RANK" = 0 ]; then kill -9 $$; fi; sleep 30' >"$tmp/out" 2>&1
+code=$?
+[ "$code" = 137 ] && [ $((SECONDS - start)) -lt 10 ]; check "a killed rank stops the job promptly (code $code)" $?
+grep -q "rank 0 was killed by signal 9" "$tmp/out"; check "horarun names the killed rank" $?
+
+"$horarun" -np 2 sh -c 'sleep 30' >"$tmp/out" 2>&1 &
+launcher=$!
+sleep 0.5
+secret_on_cmdline=0
+for p in $(pgrep -f 'sleep 30'); do
+  tr '\0' ' ' </proc/$p/cmdline | grep -qiE '[0-9a-f]{64}' && secret_on_cmdline=1
+done
+tr '\0' ' ' </proc/$launcher/cmdline | grep -qiE '[0-9a-f]{64}' && secret_on_cmdline=1
+[ "$secret_on_cmdline" = 0 ]; check "the job secret is on no command line" $?
+kill -TERM $launcher
+wait $launcher
+code=$?
+[ "$code" = 143 ]; check "SIGTERM to horarun ends the job (code $code)" $?
+sleep 0.2
+! pgrep -f 'sh -c sleep 30' >/dev/null; check "no worker is left after SIGTERM" $?
+
+"$horarun" -np 0 true >"$tmp/out" 2>&1; code=$?
+[ "$code" != 0 ] && grep -q -- "-np must be at least 1" "$tmp/out"; check "-np 0 is refused" $?
+"$horarun" --bogus -np 1 true >"$tmp/out" 2>&1; code=$?
+[ "$code" != 0 ] && grep -q "unknown flag --bogus" "$tmp/out"; check "an unknown flag is refused" $?
+"$horarun" -np 1 /no/such/program >"$tmp/out" 2>&1; code=$?
+[ "$code" = 127 ] && grep -q "cannot execute '/no/such/program'" "$tmp/out"; check "a missing command is named" $?
+
+for op in allreduce allgather broadcast reducescatter alltoall; do
+  HORA_TRANSPORT=tcp "$horarun" -np 3 "$bench" "$op" -b 1 -e 1M -f 16 -n 2 -w 1 -c 1 -d float32 \
+    --json "$tmp/$op.json" >"$tmp/out" 2>&1
+  code=$?
+  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q '"rows"' "$tmp/$op.json"
+  check "hora-bench $op on 3 ranks checks clean" $?
+done
+for t in uint8 int8 int32 int64 float16 bfloat16 float64; do
+  "$horarun" -np 2 "$bench" allreduce -b 64 -e 256K -f 64 -n 1 -w 0 -c 1 -d "$t" -o max >"$tmp/out" 2>&1
+  check "hora-bench allreduce max $t checks clean" $?
+done
+"$bench" allreduce -d complex64 >"$tmp/out" 2>&1; code=$?
+[ "$code" != 0 ] && grep -q "unknown data type 'complex64'" "$tmp/out"; check "hora-bench names a bad -d" $?
+HORA_TIMEOUT_SECONDS=soon "$horarun" -np 2 "$bench" allreduce -b 4 -e 4 >"$tmp/out" 2>&1; code=$?
+[ "$code" != 0 ] && grep -q "HORA_TIMEOUT_SECONDS='soon'" "$tmp/out"; check "a bad knob value is named" $?
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
