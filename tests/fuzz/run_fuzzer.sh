@@ -9,6 +9,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
     -DHORA_BUILD_FUZZERS=ON -DHORA_BUILD_TESTS=OFF -DHORA_BUILD_BENCHMARKS=OFF >/dev/null
 fi
 cmake --build "$build" -j "$(nproc)" --target store_wire_fuzzer 2>&1 | { grep -E "warning|error" || true; }
+[ "${PIPESTATUS[0]}" = 0 ]
 corpus="$build/corpus/store_wire"
 mkdir -p "$corpus"
 "$build/tests/store_wire_fuzzer" -max_total_time="$seconds" -print_final_stats=1 "$corpus" 2>&1 | tail -5

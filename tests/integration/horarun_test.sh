@@ -65,5 +65,9 @@ done
 HORA_TIMEOUT_SECONDS=soon "$horarun" -np 2 "$bench" allreduce -b 4 -e 4 >"$tmp/out" 2>&1; code=$?
 [ "$code" != 0 ] && grep -q "HORA_TIMEOUT_SECONDS='soon'" "$tmp/out"; check "a bad knob value is named" $?
 
+docs=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../docs" && pwd)
+"$horarun" --knobs-markdown | diff - "$docs/knobs.md" >"$tmp/out" 2>&1
+check "docs/knobs.md is what the knob registry generates (regenerate: horarun --knobs-markdown > docs/knobs.md)" $?
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

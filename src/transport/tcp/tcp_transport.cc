@@ -1,6 +1,7 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -19,6 +20,9 @@ namespace hora::transport::tcp {
 // its close; we cannot look past those without consuming them, so such a peer is judged when
 // this rank reads from it.
 
+// A yield that returns later than this gave the core away for a time slice.
+constexpr auto kSlowYield = std::chrono::microseconds(200);
+
 struct TcpTransport::Lane {
   std::vector<Transfer*> queue;
   size_t head = 0;
@@ -34,9 +38,10 @@ struct TcpTransport::PeerRun {
   Lane recv;
 };
 
-TcpTransport::TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes)
+TcpTransport::TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes,
+                           std::chrono::microseconds spin)
     : rank_(rank), peers_(std::move(peers)), departed_(peers_.size(), false),
-      chunk_bytes_(chunk_bytes), scratch_(peers_.size()) {
+      chunk_bytes_(chunk_bytes), spin_(spin), scratch_(peers_.size()) {
   for (auto& p : peers_)
     if (p.fd.valid()) common::setNonBlocking(p.fd.get());
 }
@@ -253,6 +258,15 @@ void TcpTransport::run(std::span<Transfer> transfers, const OpTag& tag,
   std::vector<bool> unwatched(peers_.size(), false);
   std::vector<pollfd> fds;
   std::vector<int> fd_peer;
+  // Note [spin, then block]: a peer's answer to a small message comes within microseconds, and
+  // sleeping in poll() costs a wake-up of about as much again. So after a pass without progress
+  // the loop retries for up to spin_, calling sched_yield() between tries, and only then blocks.
+  // The yield matters: the scheduler often puts both ranks of a pair on one core, and a spin
+  // that keeps the core starves the very peer it waits for (75 us per hop measured, against
+  // 8 us with yields). On a loaded machine, though, a yield can hand the core to another process
+  // for a whole time slice (2 ms measured); a yield that takes that long turns spinning off for
+  // a second. The Communicator turns it off for good when this host's ranks outnumber its cores.
+  common::Deadline::Clock::time_point spin_until{};
   while (true) {
     bool progressed = false, pending = false;
     for (int p : active) {
@@ -262,7 +276,24 @@ void TcpTransport::run(std::span<Transfer> transfers, const OpTag& tag,
       pending |= !r.send.idle() || !r.recv.idle();
     }
     if (!pending) return;
-    if (progressed) continue;
+    if (progressed) {
+      spin_until = {};
+      continue;
+    }
+    if (spin_.count() > 0) {
+      using Clock = common::Deadline::Clock;
+      const auto now = Clock::now();
+      if (now >= spin_off_until_) {
+        if (spin_until == Clock::time_point{}) spin_until = now + spin_;
+        if (now < spin_until) {
+          ::sched_yield();
+          if (Clock::now() - now > kSlowYield) {
+            spin_off_until_ = Clock::now() + std::chrono::seconds(1);
+          }
+          continue;
+        }
+      }
+    }
     fds.clear();
     fd_peer.clear();
     for (int p = 0; p < size(); ++p) {

@@ -7,6 +7,7 @@
 // involve are watched for a close too, so a rank that dies is named at once by everyone.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,7 +21,9 @@ namespace hora::transport::tcp {
 
 class TcpTransport final : public Transport {
  public:
-  TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes);
+  // spin: how long run() keeps retrying before it sleeps in poll() (Note [spin, then block]).
+  TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes,
+               std::chrono::microseconds spin = std::chrono::microseconds(0));
   // Says goodbye to every peer (Note [peer liveness]) and closes the connections.
   ~TcpTransport() override;
 
@@ -49,6 +52,8 @@ class TcpTransport final : public Transport {
   std::vector<PeerConnection> peers_;
   std::vector<bool> departed_;  // peer said goodbye
   const size_t chunk_bytes_;
+  const std::chrono::microseconds spin_;
+  common::Deadline::Clock::time_point spin_off_until_{};  // Note [spin, then block]
   std::vector<std::vector<std::byte>> scratch_;  // per peer, chunk_bytes_ each, made on demand
   std::optional<Error> broken_;
 };
