@@ -2,6 +2,7 @@
 // validate-then-enqueue path, minus the queue: the engine adds that).
 #include "hora/communicator.h"
 
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <optional>
@@ -156,7 +157,12 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   const auto env = common::Env::fromProcess();
   const CommunicatorOptions options = common::communicatorOptionsFrom(env);
   const Identity identity = common::identityFrom(env);
-  const RendezvousOptions rendezvous = common::rendezvousOptionsFrom(env, identity.size);
+  RendezvousOptions rendezvous = common::rendezvousOptionsFrom(env, identity.size);
+  // Every rank creates its communicators in the same order, so numbering them per process gives
+  // each its own keys in the job's store: a second communicator never reads the first's
+  // addresses.
+  static std::atomic<int> created{0};
+  rendezvous.prefix += "comm" + std::to_string(created++) + "/";
   return create(identity, rendezvous, options);
 }
 

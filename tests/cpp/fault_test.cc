@@ -86,5 +86,29 @@ TEST(Faults, SigstopOneRankOthersTimeOutNamingIt) {
   }
 }
 
+HORA_WORKER_SCENARIO(two_communicators) {
+  auto a = Communicator::fromEnvironment();
+  auto b = Communicator::fromEnvironment();
+  for (int i = 0; i < 50; ++i) {
+    int x = a->rank() + i, y = 0;
+    a->allreduce(&x, &y, 1, DataType::kInt32);
+    int u = 1, v = 0;
+    b->allreduce(&u, &v, 1, DataType::kInt32);
+    if (y != 0 + 1 + 2 + 3 * i || v != 3) {
+      std::printf("wrong: %d %d at %d\n", y, v, i);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+TEST(Processes, TwoCommunicatorsInOneJobKeepApart) {
+  ProcessJob job(3, "two_communicators");
+  const auto outcomes = job.wait(60s);
+  for (int r = 0; r < 3; ++r)
+    EXPECT_EQ(outcomes[static_cast<size_t>(r)].exit_code, 0) << "rank " << r << ":\n"
+                                                              << outcomes[static_cast<size_t>(r)].output;
+}
+
 }  // namespace
 }  // namespace hora::testing
