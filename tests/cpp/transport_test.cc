@@ -58,10 +58,10 @@ TEST(TcpTransport, GarbageOnADataConnectionIsAPeerErrorNamingTheSender) {
 TEST(TcpTransport, LengthAndOrderMismatchesAreCaughtFromTheHeader) {
   rendezvous::TcpStoreServer server("127.0.0.1", 0, kTestSecret);
   auto mesh = makeMesh(2, server);
-  std::vector<std::byte> a(100), b(100);
+  std::vector<std::byte> a(100), b(100), b1(100);  // one receive buffer per rank
   std::string err0, err1;
   std::thread t1([&] {
-    std::vector<Transfer> xs{Transfer::send(0, a.data(), 40), Transfer::recv(0, b.data(), 40)};
+    std::vector<Transfer> xs{Transfer::send(0, a.data(), 40), Transfer::recv(0, b1.data(), 40)};
     try { mesh[1]->run(xs, OpTag{7, 2, "allgather"}, common::Deadline::after(5s)); } catch (const MismatchError& e) { err1 = e.what(); }
   });
   std::vector<Transfer> xs{Transfer::send(1, a.data(), 48), Transfer::recv(1, b.data(), 48)};
@@ -72,7 +72,7 @@ TEST(TcpTransport, LengthAndOrderMismatchesAreCaughtFromTheHeader) {
 
   auto mesh2 = makeMesh(2, server, "u/");
   std::thread t2([&] {
-    std::vector<Transfer> ys{Transfer::send(0, a.data(), 8)};
+    std::vector<Transfer> ys{Transfer::send(0, a.data(), 8)};  // reads a only
     try { mesh2[1]->run(ys, OpTag{3, 5, "alltoall"}, common::Deadline::after(5s)); } catch (const Error&) {}
   });
   std::vector<Transfer> ys{Transfer::recv(1, b.data(), 8)};
