@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> exports;
   double grace_seconds = 3;
   app.add_option("-n,--num-proc", np, "Number of ranks to start (-np works too)");
-  app.add_option("-x,--export", exports, "Set VAR=value (or pass VAR through) for every rank");
+  app.add_option("-x,--export", exports, "Set VAR=value (or pass VAR through) for every rank; repeatable")
+      ->allow_extra_args(false);  // one value per -x: the command follows
   app.add_option("--grace-seconds", grace_seconds, "After a rank fails, seconds between SIGTERM and SIGKILL for the others")
       ->check(CLI::Range(0.0, 3600.0));
   app.add_flag("--verbose", verbose, "Print what horarun does");

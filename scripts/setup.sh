@@ -13,7 +13,7 @@ packages=(
   # libraries of the core, the launcher and the benchmarks
   libssl-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   # tests: GoogleTest, clang for the libFuzzer target, iproute2 for the namespace tests
-  libgtest-dev libgmock-dev clang libclang-rt-14-dev iproute2 procps
+  libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2 procps
   # python side and the comparison benchmarks (OpenMPI, torch.distributed with gloo)
   python3 python3-venv python3-numpy python3-matplotlib python3-torch
   libopenmpi-dev openmpi-bin

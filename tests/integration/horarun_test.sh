@@ -15,6 +15,9 @@ trap 'rm -rf "$tmp"' EXIT
 check "three ranks run with the HORA_* environment" $?
 [ "$(sort "$tmp/out" | tr '\n' ' ')" = "r0 r1 r2 " ]; check "each rank has its own HORA_RANK" $?
 
+FROM_ENV=passed "$horarun" -np 2 -x GREETING=hello -x FROM_ENV sh -c 'echo "$GREETING $FROM_ENV -x"' >"$tmp/out" 2>&1
+[ "$(sort -u "$tmp/out")" = "hello passed -x" ]; check "-x sets and passes variables, and the command keeps its own arguments" $?
+
 "$horarun" -np 3 sh -c 'if [ "$HORA_RANK" = 1 ]; then exit 7; fi; sleep 30' >"$tmp/out" 2>&1
 code=$?
 [ "$code" = 7 ]; check "a failing rank's exit code is horarun's (got $code)" $?
