@@ -34,9 +34,8 @@ struct CommunicatorOptions {
   size_t ring_threshold_bytes = 64 * 1024;
   // Unit of pipelining: received data is reduced and forwarded in chunks of this size.
   size_t chunk_bytes = 256 * 1024;
-  // How long a waiting rank retries before it sleeps; negative = auto (50 us when this host's
-  // ranks fit its cores, 0 when they oversubscribe them).
-  std::chrono::microseconds spin{-1};
+  // How long a waiting rank retries, yielding the CPU, before it sleeps in poll().
+  std::chrono::microseconds spin{50};
 
   static HORA_API CommunicatorOptions fromEnvironment();
 };

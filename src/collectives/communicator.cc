@@ -6,7 +6,6 @@
 #include <cmath>
 #include <cstring>
 #include <optional>
-#include <thread>
 
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
@@ -63,14 +62,6 @@ size_t checkCounts(std::string_view op, std::string_view name, std::span<const s
   return total;
 }
 
-// Spinning pays only when every rank of this host has a core to itself.
-std::chrono::microseconds spinFor(const CommunicatorOptions& o, const Identity& id) {
-  if (o.spin.count() >= 0) return o.spin;
-  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
-  return static_cast<unsigned>(id.local_size) <= cores ? std::chrono::microseconds(50)
-                                                         : std::chrono::microseconds(0);
-}
-
 }  // namespace
 
 class CommunicatorImpl {
@@ -97,7 +88,7 @@ class CommunicatorImpl {
         options_.iface.empty() ? store_->localHost() : common::interfaceAddress(options_.iface);
     auto peers = transport::tcp::connectMesh(mesh, *store_, deadline);
     transport_ = std::make_unique<transport::tcp::TcpTransport>(
-        identity_.rank, std::move(peers), options_.chunk_bytes, spinFor(options_, identity_));
+        identity_.rank, std::move(peers), options_.chunk_bytes, options_.spin);
   }
 
   const Identity& identity() const { return identity_; }

@@ -47,9 +47,7 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
   if (o.chunk_bytes % 16 != 0)
     throw InvalidArgumentError("HORA_CHUNK_BYTES=" + std::to_string(o.chunk_bytes) +
                                " is invalid: expected a multiple of 16");
-  const std::string spin = env.getString("HORA_SPIN_MICROSECONDS");
-  if (spin != "auto")
-    o.spin = std::chrono::microseconds(env.getInt("HORA_SPIN_MICROSECONDS", 0, 1000000));
+  o.spin = std::chrono::microseconds(env.getInt("HORA_SPIN_MICROSECONDS", 0, 1000000));
   const std::string transport = env.getString("HORA_TRANSPORT");
   if (transport != "auto" && transport != "tcp")
     throw InvalidArgumentError("HORA_TRANSPORT='" + transport +

@@ -36,9 +36,9 @@ constexpr KnobSpec kKnobs[] = {
     {"HORA_SECRET", "", G::kLauncherSet, "",
      "Job secret that authenticates every store request and peer connection (HMAC-SHA256). "
      "Set by the launcher in the environment, never on a command line."},
-    {"HORA_SPIN_MICROSECONDS", "", G::kTuning, "auto",
-     "How long a waiting rank retries (yielding the CPU) before it sleeps in poll(): lower "
-     "latency for small messages. auto = 50 when this host's ranks fit its cores, else 0."},
+    {"HORA_SPIN_MICROSECONDS", "", G::kTuning, "50",
+     "How long a waiting rank retries, yielding the CPU between tries, before it sleeps in "
+     "poll(): lower latency for small messages. 0 = always sleep."},
     {"HORA_CHUNK_BYTES", "", G::kTuning, "256K",
      "Pipelining unit: received data is reduced and forwarded in chunks of this size."},
     {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, "",

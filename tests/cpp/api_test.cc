@@ -8,6 +8,7 @@
 #include "harness.h"
 #include "hora/c_api.h"
 #include "hora/errors.h"
+#include "rendezvous/tcp_store_server.h"
 
 namespace hora::testing {
 namespace {
@@ -87,6 +88,34 @@ TEST(Api, SizeOneCommunicatorComputesLocally) {
   c->allgather(f, 2, g, one, DataType::kFloat32);
   EXPECT_EQ(g[0], 3.0f);
   c->barrier();
+}
+
+TEST(Api, InterfaceChoice) {
+  CommunicatorOptions o = testOptions();
+  o.iface = "lo";
+  runThreads(2, [](Communicator& c) {
+    int x = 1, y = 0;
+    c.allreduce(&x, &y, 1, DataType::kInt32);
+    EXPECT_EQ(y, 2);
+  }, o);
+  o.iface = "nosuch0";
+  const auto errors = runThreadsCollectErrors(2, [](Communicator&) {}, o);
+  for (const auto& e : errors) EXPECT_NE(e.find("HORA_IFACE: network interface 'nosuch0'"), std::string::npos) << e;
+}
+
+TEST(Api, ARankThatNeverArrivesIsATimeoutNamingIt) {
+  rendezvous::TcpStoreServer store("127.0.0.1", 0, kTestSecret);
+  Identity id;
+  id.size = 2;
+  id.local_size = 2;
+  CommunicatorOptions o = testOptions();
+  o.timeout = 500ms;
+  try {
+    Communicator::create(id, {"127.0.0.1", store.port(), kTestSecret, "alone/"}, o);
+    FAIL() << "created a communicator without its second rank";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks 1 to connect"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Knobs, TypedParsingNamesTheVariable) {

@@ -265,7 +265,8 @@ void TcpTransport::run(std::span<Transfer> transfers, const OpTag& tag,
   // that keeps the core starves the very peer it waits for (75 us per hop measured, against
   // 8 us with yields). On a loaded machine, though, a yield can hand the core to another process
   // for a whole time slice (2 ms measured); a yield that takes that long turns spinning off for
-  // a second. The Communicator turns it off for good when this host's ranks outnumber its cores.
+  // a second. With 4 ranks on 2 cores the yields hand the core to the peers themselves, which is
+  // what they need: 30 us per 4-byte allreduce against 62 us when sleeping (measured).
   common::Deadline::Clock::time_point spin_until{};
   while (true) {
     bool progressed = false, pending = false;

@@ -1,9 +1,9 @@
 // TcpTransport: the Transport over one TCP connection per pair of ranks (full mesh).
 //
 // run() drives every transfer of a set from the calling thread with non-blocking sockets and
-// poll(): it writes until the kernel pushes back, reads until nothing is left, and only then
-// sleeps in poll() until a socket is ready or the deadline passes (no spinning, so 4 ranks on 2
-// cores make progress). Payloads are framed (frame.h). Peers that the current set does not
+// poll(): it writes until the kernel pushes back, reads until nothing is left, retries briefly
+// while yielding the CPU, and then sleeps in poll() until a socket is ready or the deadline
+// passes (Note [spin, then block] in the .cc). Payloads are framed (frame.h). Peers that the current set does not
 // involve are watched for a close too, so a rank that dies is named at once by everyone.
 #pragma once
 
