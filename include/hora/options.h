@@ -31,7 +31,7 @@ struct CommunicatorOptions {
   // Interface whose address peers connect to; empty = the one that reaches the store.
   std::string iface;
   // Allreduce messages of at most this many bytes use recursive doubling, larger the ring.
-  size_t ring_threshold_bytes = 64 * 1024;
+  size_t ring_threshold_bytes = 512 * 1024;
   // Unit of pipelining: received data is reduced and forwarded in chunks of this size.
   size_t chunk_bytes = 256 * 1024;
   // How long a waiting rank retries, yielding the CPU, before it sleeps in poll().

@@ -17,14 +17,18 @@ namespace {
 #define HORA_KERNEL
 #endif
 
+// Every helper below is inlined into the two kernel entry points, so that each target clone
+// compiles the loops for its own instruction set.
+#define HORA_INLINE [[gnu::always_inline]] inline
+
 // Wrapping arithmetic for integers: compute in the unsigned type of the same width.
 template <typename T>
-inline T wrapAdd(T a, T b) {
+HORA_INLINE T wrapAdd(T a, T b) {
   using U = std::make_unsigned_t<T>;
   return static_cast<T>(static_cast<U>(a) + static_cast<U>(b));
 }
 template <typename T>
-inline T wrapMul(T a, T b) {
+HORA_INLINE T wrapMul(T a, T b) {
   using U = std::make_unsigned_t<T>;
   // uint8 * uint8 promotes to int; promote explicitly to unsigned to avoid signed overflow.
   return static_cast<T>(static_cast<unsigned long long>(static_cast<U>(a)) *
@@ -32,12 +36,12 @@ inline T wrapMul(T a, T b) {
 }
 
 template <typename T, typename F>
-inline void binaryLoop(T* out, const T* a, const T* b, size_t n, F f) {
+HORA_INLINE void binaryLoop(T* out, const T* a, const T* b, size_t n, F f) {
   for (size_t i = 0; i < n; ++i) out[i] = f(a[i], b[i]);
 }
 
 template <typename T>
-inline void reduceTyped(ReduceOp op, T* out, const T* a, const T* b, size_t n) {
+HORA_INLINE void reduceTyped(ReduceOp op, T* out, const T* a, const T* b, size_t n) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAverage:
@@ -55,7 +59,7 @@ inline void reduceTyped(ReduceOp op, T* out, const T* a, const T* b, size_t n) {
 
 // 16-bit floats: widen, combine in float32, narrow. `Codec` is Half or BFloat16 (half.h).
 template <typename Codec>
-inline void reduce16(ReduceOp op, uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
+HORA_INLINE void reduce16(ReduceOp op, uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
   auto run = [&](auto f) {
     for (size_t i = 0; i < n; ++i)
       out[i] = Codec::fromFloat(f(Codec::toFloat(a[i]), Codec::toFloat(b[i])));
@@ -84,7 +88,7 @@ HORA_KERNEL void reduceKernel(DataType type, ReduceOp op, void* out, const void*
 }
 
 template <typename T>
-inline void scaleTyped(T* out, const T* in, size_t n, double f) {
+HORA_INLINE void scaleTyped(T* out, const T* in, size_t n, double f) {
   if constexpr (std::is_integral_v<T>) {
     for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(std::llround(static_cast<double>(in[i]) * f));
   } else {
@@ -94,7 +98,7 @@ inline void scaleTyped(T* out, const T* in, size_t n, double f) {
 }
 
 template <typename Codec>
-inline void scale16(uint16_t* out, const uint16_t* in, size_t n, double f) {
+HORA_INLINE void scale16(uint16_t* out, const uint16_t* in, size_t n, double f) {
   const float ff = static_cast<float>(f);
   for (size_t i = 0; i < n; ++i) out[i] = Codec::fromFloat(Codec::toFloat(in[i]) * ff);
 }
@@ -113,7 +117,7 @@ HORA_KERNEL void scaleKernel(DataType type, void* out, const void* in, size_t n,
 }
 
 template <typename T>
-void divideTyped(T* out, const T* in, size_t n, int d) {
+HORA_INLINE void divideTyped(T* out, const T* in, size_t n, int d) {
   const T td = static_cast<T>(d);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] / td);
 }

@@ -26,6 +26,35 @@ TEST(Reduce, BFloat16RoundsToNearestEvenAndKeepsNaN) {
   EXPECT_EQ(BFloat16::toFloat(BFloat16::fromFloat(-2.5f)), -2.5f);
 }
 
+TEST(Half, WideningMatchesTheCompilerForEveryHalf) {
+  for (uint32_t h = 0; h <= 0xFFFF; ++h) {
+    const float want = static_cast<float>(std::bit_cast<_Float16>(static_cast<uint16_t>(h)));
+    const float got = Half::toFloat(static_cast<uint16_t>(h));
+    if (std::isnan(want)) {
+      ASSERT_TRUE(std::isnan(got)) << std::hex << h;
+    } else {
+      ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << std::hex << h;
+    }
+  }
+}
+
+TEST(Half, NarrowingMatchesTheCompilerAcrossFloat32) {
+  // Every 997th float32 bit pattern (and its neighbours), covering normals, subnormals, ties,
+  // overflow, infinities and NaNs of both signs.
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += 997) {
+    for (uint32_t bits : {static_cast<uint32_t>(b), static_cast<uint32_t>(b) | 0x1000u, static_cast<uint32_t>(b) & ~0x1FFFu}) {
+      const float f = std::bit_cast<float>(bits);
+      const uint16_t want = std::bit_cast<uint16_t>(static_cast<_Float16>(f));
+      const uint16_t got = Half::fromFloat(f);
+      if (std::isnan(f)) {
+        ASSERT_TRUE(std::isnan(static_cast<float>(std::bit_cast<_Float16>(got)))) << std::hex << bits;
+      } else {
+        ASSERT_EQ(got, want) << std::hex << bits << " = " << f;
+      }
+    }
+  }
+}
+
 TEST(Reduce, Float16AccumulatesInFloat32) {
   // 2048 + 1 is not representable in float16 (spacing 2 there): one rounding, to even (2048).
   std::vector<uint16_t> a{Half::fromFloat(2048.0f), Half::fromFloat(0.5f)};
