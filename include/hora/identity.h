@@ -7,6 +7,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "hora/export.h"
 
@@ -21,10 +22,19 @@ struct HORA_API Identity {
   int cross_size = 1;
   std::string hostname;
 
+  // local_rank, local_size, cross_rank and cross_size all equal to kDerive: the Communicator
+  // fills them in from the hostnames of all ranks (exchanged through the rendezvous store).
+  static constexpr int kDerive = -1;
+
   // Reads HORA_RANK, HORA_SIZE, HORA_LOCAL_RANK, HORA_LOCAL_SIZE, HORA_CROSS_RANK,
-  // HORA_CROSS_SIZE and HORA_HOSTNAME. With none set: a single process (size 1). Throws
-  // InvalidArgumentError naming the variable when one is malformed or out of range.
+  // HORA_CROSS_SIZE and HORA_HOSTNAME. With none set: a single process (size 1). With only rank
+  // and size: the local and cross fields are kDerive. Throws InvalidArgumentError naming the
+  // variable when one is malformed or out of range.
   static Identity fromEnvironment();
+
+  bool derivesTopology() const;
+  // Sets the local and cross fields from every rank's hostname (indexed by rank).
+  void deriveTopology(const std::vector<std::string>& hostnames);
 
   // Throws InvalidArgumentError when the fields contradict each other.
   void validate() const;

@@ -69,6 +69,7 @@ class CommunicatorImpl {
   CommunicatorImpl(const Identity& identity, const RendezvousOptions& rendezvous,
                    const CommunicatorOptions& options)
       : identity_(identity), options_(options), prefix_(rendezvous.prefix) {
+    if (identity_.size == 1 && identity_.derivesTopology()) identity_.deriveTopology({identity_.hostname});
     identity_.validate();
     if (options_.chunk_bytes < 16 || options_.chunk_bytes % 16 != 0)
       throw InvalidArgumentError("chunk_bytes must be a positive multiple of 16");
@@ -79,6 +80,7 @@ class CommunicatorImpl {
     const auto deadline = common::Deadline::after(options_.timeout);
     store_ = std::make_unique<rendezvous::TcpStore>(rendezvous.address, rendezvous.port,
                                                     rendezvous.secret, deadline);
+    if (identity_.derivesTopology()) deriveTopology(deadline);
     transport::tcp::MeshOptions mesh;
     mesh.rank = identity_.rank;
     mesh.size = identity_.size;
@@ -124,6 +126,15 @@ class CommunicatorImpl {
   std::vector<std::byte>& prescaled() { return prescaled_; }
 
  private:
+  // Hosts are told apart by hostname: every rank publishes its own and reads all the others.
+  void deriveTopology(const common::Deadline& deadline) {
+    store_->set(prefix_ + "host/" + std::to_string(rank()), identity_.hostname, deadline);
+    std::vector<std::string> hostnames(static_cast<size_t>(size()));
+    for (int r = 0; r < size(); ++r)
+      hostnames[static_cast<size_t>(r)] = store_->get(prefix_ + "host/" + std::to_string(r), deadline);
+    identity_.deriveTopology(hostnames);
+  }
+
   Identity identity_;
   CommunicatorOptions options_;
   std::string prefix_;

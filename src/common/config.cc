@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <map>
 
 #include "common/logging.h"
 #include "hora/errors.h"
@@ -17,15 +18,16 @@ Identity identityFrom(const Env& env) {
   } else {
     id.size = static_cast<int>(env.getInt("HORA_SIZE", 1, 1 << 20));
     id.rank = static_cast<int>(env.getInt("HORA_RANK", 0, id.size - 1));
-    // Without host information every rank counts as local to one host.
-    id.local_rank = env.isSet("HORA_LOCAL_RANK")
-                        ? static_cast<int>(env.getInt("HORA_LOCAL_RANK", 0, id.size - 1))
-                        : id.rank;
-    id.local_size = env.isSet("HORA_LOCAL_SIZE")
-                        ? static_cast<int>(env.getInt("HORA_LOCAL_SIZE", 1, id.size))
-                        : id.size;
-    id.cross_rank = static_cast<int>(env.getInt("HORA_CROSS_RANK", 0, id.size - 1));
-    id.cross_size = static_cast<int>(env.getInt("HORA_CROSS_SIZE", 1, id.size));
+    if (env.isSet("HORA_LOCAL_RANK") || env.isSet("HORA_LOCAL_SIZE")) {
+      id.local_rank = static_cast<int>(env.getInt("HORA_LOCAL_RANK", 0, id.size - 1));
+      id.local_size = static_cast<int>(env.getInt("HORA_LOCAL_SIZE", 1, id.size));
+      id.cross_rank = static_cast<int>(env.getInt("HORA_CROSS_RANK", 0, id.size - 1));
+      id.cross_size = static_cast<int>(env.getInt("HORA_CROSS_SIZE", 1, id.size));
+    } else {
+      // A launcher that gave only rank and size: the Communicator derives the rest from the
+      // ranks' hostnames (Identity::kDerive).
+      id.local_rank = id.local_size = id.cross_rank = id.cross_size = Identity::kDerive;
+    }
   }
   id.hostname = env.getString("HORA_HOSTNAME");
   if (id.hostname.empty()) {
@@ -79,6 +81,29 @@ namespace hora {
 
 Identity Identity::fromEnvironment() { return common::identityFrom(common::Env::fromProcess()); }
 
+bool Identity::derivesTopology() const {
+  return local_rank == kDerive && local_size == kDerive && cross_rank == kDerive &&
+         cross_size == kDerive;
+}
+
+void Identity::deriveTopology(const std::vector<std::string>& hostnames) {
+  // local: the ranks on my host, in rank order. cross: the hosts that have a rank with my
+  // local rank, in the order of their first rank.
+  std::vector<int> local_of(hostnames.size());
+  std::map<std::string, int> count;
+  for (size_t r = 0; r < hostnames.size(); ++r) local_of[r] = count[hostnames[r]]++;
+  const auto me = static_cast<size_t>(rank);
+  local_rank = local_of[me];
+  local_size = count[hostnames[me]];
+  cross_rank = cross_size = 0;
+  for (size_t r = 0; r < hostnames.size(); ++r) {
+    if (local_of[r] != local_rank) continue;
+    if (r < me) ++cross_rank;
+    ++cross_size;
+  }
+  hostname = hostnames[me];
+}
+
 void Identity::validate() const {
   auto bad = [](const std::string& what) {
     throw InvalidArgumentError("inconsistent identity: " + what);
@@ -86,6 +111,7 @@ void Identity::validate() const {
   const auto s = [](int v) { return std::to_string(v); };
   if (size < 1) bad("size (HORA_SIZE) " + s(size) + " < 1");
   if (rank < 0 || rank >= size) bad("rank (HORA_RANK) " + s(rank) + " outside [0, " + s(size) + ")");
+  if (derivesTopology()) return;
   if (local_size < 1 || local_size > size)
     bad("local_size (HORA_LOCAL_SIZE) " + s(local_size) + " outside [1, " + s(size) + "]");
   if (local_rank < 0 || local_rank >= local_size)

@@ -146,10 +146,52 @@ TEST(Identity, FromEnvironment) {
   EXPECT_EQ(id.local_rank, 1);
   EXPECT_EQ(id.cross_size, 2);
   EXPECT_EQ(id.hostname, "b");
+  const auto partial = common::identityFrom(common::Env::fromMap({{"HORA_RANK", "1"}, {"HORA_SIZE", "3"}}));
+  EXPECT_TRUE(partial.derivesTopology());
   expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "8"}, {"HORA_SIZE", "8"}})); }, "HORA_RANK");
   expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "1"}})); }, "HORA_SIZE");
   expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_LOCAL_RANK", "1"}, {"HORA_LOCAL_SIZE", "1"}})); }, "HORA_LOCAL_RANK");
   expectInvalid([] { common::rendezvousOptionsFrom(common::Env::fromMap({}), 2); }, "HORA_RENDEZVOUS_ADDR");
+}
+
+TEST(Identity, LocalAndCrossRanksAreDerivedFromHostnames) {
+  // Uneven hosts: a, b, a, c, a (ranks 0..4).
+  const std::vector<std::string> hosts{"a", "b", "a", "c", "a"};
+  struct Want { int local_rank, local_size, cross_rank, cross_size; };
+  const Want want[] = {{0, 3, 0, 3}, {0, 1, 1, 3}, {1, 3, 0, 1}, {0, 1, 2, 3}, {2, 3, 0, 1}};
+  for (int r = 0; r < 5; ++r) {
+    Identity id;
+    id.rank = r;
+    id.size = 5;
+    id.local_rank = id.local_size = id.cross_rank = id.cross_size = Identity::kDerive;
+    id.deriveTopology(hosts);
+    const Want& w = want[r];
+    EXPECT_EQ(id.local_rank, w.local_rank) << "rank " << r;
+    EXPECT_EQ(id.local_size, w.local_size) << "rank " << r;
+    EXPECT_EQ(id.cross_rank, w.cross_rank) << "rank " << r;
+    EXPECT_EQ(id.cross_size, w.cross_size) << "rank " << r;
+    EXPECT_NO_THROW(id.validate());
+  }
+}
+
+HORA_WORKER_SCENARIO(print_identity) {
+  auto c = Communicator::fromEnvironment();
+  const Identity& id = c->identity();
+  std::printf("identity %d %d %d %d %d %d\n", id.rank, id.size, id.local_rank, id.local_size,
+              id.cross_rank, id.cross_size);
+  return 0;
+}
+
+TEST(Identity, CommunicatorDerivesTopologyWhenTheLauncherGaveOnlyRankAndSize) {
+  // Three processes all on this host, with only HORA_RANK and HORA_SIZE: one host of three.
+  ProcessJob job(3, "print_identity");
+  const auto outcomes = job.wait(30s);
+  for (int r = 0; r < 3; ++r) {
+    const auto& o = outcomes[static_cast<size_t>(r)];
+    EXPECT_EQ(o.exit_code, 0) << o.output;
+    EXPECT_NE(o.output.find("identity " + std::to_string(r) + " 3 " + std::to_string(r) + " 3 0 1"),
+              std::string::npos) << o.output;
+  }
 }
 
 TEST(CApi, StatusesAndMessages) {
