@@ -2,6 +2,7 @@
 #pragma once
 
 #include "hora/communicator.h"
+#include "hora/engine.h"
 #include "hora/errors.h"
 #include "hora/identity.h"
 #include "hora/options.h"

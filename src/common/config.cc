@@ -61,6 +61,17 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
   return o;
 }
 
+EngineOptions engineOptionsFrom(const Env& env) {
+  EngineOptions o;
+  o.cycle_time = std::chrono::microseconds(
+      static_cast<int64_t>(env.getDouble("HORA_CYCLE_TIME", 0.0, 60000.0) * 1000));
+  o.fusion_threshold = static_cast<size_t>(env.getBytes("HORA_FUSION_THRESHOLD", 0, int64_t{1} << 40));
+  o.cache_capacity = static_cast<int>(env.getInt("HORA_CACHE_CAPACITY", 0, 1 << 20));
+  o.stall_check = std::chrono::seconds(env.getInt("HORA_STALL_CHECK_TIME_SECONDS", 0, 1 << 30));
+  o.stall_shutdown = std::chrono::seconds(env.getInt("HORA_STALL_SHUTDOWN_TIME_SECONDS", 0, 1 << 30));
+  return o;
+}
+
 RendezvousOptions rendezvousOptionsFrom(const Env& env, int size) {
   RendezvousOptions r;
   if (size == 1) return r;
@@ -120,6 +131,10 @@ void Identity::validate() const {
     bad("cross_size (HORA_CROSS_SIZE) " + s(cross_size) + " outside [1, " + s(size) + "]");
   if (cross_rank < 0 || cross_rank >= cross_size)
     bad("cross_rank (HORA_CROSS_RANK) " + s(cross_rank) + " outside [0, " + s(cross_size) + ")");
+}
+
+EngineOptions EngineOptions::fromEnvironment() {
+  return common::engineOptionsFrom(common::Env::fromProcess());
 }
 
 CommunicatorOptions CommunicatorOptions::fromEnvironment() {

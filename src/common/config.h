@@ -4,6 +4,7 @@
 #pragma once
 
 #include "common/knobs.h"
+#include "hora/engine.h"
 #include "hora/identity.h"
 #include "hora/options.h"
 
@@ -11,6 +12,7 @@ namespace hora::common {
 
 Identity identityFrom(const Env& env);
 CommunicatorOptions communicatorOptionsFrom(const Env& env);
+EngineOptions engineOptionsFrom(const Env& env);
 // Throws InvalidArgumentError naming the missing variable when size > 1 and the launcher's
 // rendezvous variables are absent.
 RendezvousOptions rendezvousOptionsFrom(const Env& env, int size);

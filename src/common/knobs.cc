@@ -39,6 +39,17 @@ constexpr KnobSpec kKnobs[] = {
     {"HORA_SPIN_MICROSECONDS", "", G::kTuning, "50",
      "How long a waiting rank retries, yielding the CPU between tries, before it sleeps in "
      "poll(): lower latency for small messages. 0 = always sleep."},
+    {"HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", G::kTuning, "1024",
+     "Entries of the engine's response cache; 0 turns it off (every cycle negotiates in full)."},
+    {"HORA_CYCLE_TIME", "HOROVOD_CYCLE_TIME", G::kTuning, "1",
+     "Milliseconds between the engine's negotiation cycles when no request is waiting."},
+    {"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", G::kTuning, "128M",
+     "Largest fused allreduce in bytes; 0 turns fusion off."},
+    {"HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", G::kTuning, "60",
+     "After this many seconds rank 0 warns about tensors that some ranks submitted and others "
+     "did not, naming the missing ranks; 0 = never."},
+    {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", G::kTuning, "0",
+     "Reserved: stall shutdown is not implemented yet (the engine issue)."},
     {"HORA_CHUNK_BYTES", "", G::kTuning, "256K",
      "Pipelining unit: received data is reduced and forwarded in chunks of this size."},
     {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, "",

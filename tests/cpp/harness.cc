@@ -60,6 +60,33 @@ std::vector<std::string> runThreadsCollectErrors(int size, const std::function<v
   return errors;
 }
 
+std::vector<std::string> runEngines(int size, const std::function<void(Engine&)>& fn,
+                                    const EngineOptions& options, const CommunicatorOptions& comm_options) {
+  rendezvous::TcpStoreServer store("127.0.0.1", 0, kTestSecret);
+  const std::string prefix = "engine" + std::to_string(job_counter++) + "/";
+  std::vector<std::string> errors(static_cast<size_t>(size));
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        Identity id;
+        id.rank = r;
+        id.size = size;
+        id.local_rank = r;
+        id.local_size = size;
+        id.hostname = "localhost";
+        RendezvousOptions rv{"127.0.0.1", store.port(), kTestSecret, prefix};
+        Engine engine(Communicator::create(id, rv, comm_options), options);
+        fn(engine);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(r)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
 void runThreads(int size, const std::function<void(Communicator&)>& fn,
                 const CommunicatorOptions& options) {
   const auto errors = runThreadsCollectErrors(size, fn, options);

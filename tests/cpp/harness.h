@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "hora/communicator.h"
+#include "hora/engine.h"
 #include "rendezvous/tcp_store_server.h"
 
 namespace hora::testing {
@@ -34,6 +35,11 @@ void runThreads(int size, const std::function<void(Communicator&)>& fn,
 // Like runThreads but returns each rank's exception message ("" when it returned normally).
 std::vector<std::string> runThreadsCollectErrors(int size, const std::function<void(Communicator&)>& fn,
                                                  const CommunicatorOptions& options = testOptions());
+
+// Runs fn on `size` ranks, each with its own Engine over its own Communicator.
+std::vector<std::string> runEngines(int size, const std::function<void(Engine&)>& fn,
+                                    const EngineOptions& options = {},
+                                    const CommunicatorOptions& comm_options = testOptions());
 
 using Scenario = std::function<int()>;  // runs in a worker process; returns its exit code
 bool registerScenario(const std::string& name, Scenario fn);

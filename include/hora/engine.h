@@ -1,0 +1,111 @@
+// Engine: named asynchronous collectives, negotiated among the ranks by one background thread
+// (Horovod's semantics). The core of every frontend; it knows nothing of any framework.
+//
+// A frontend thread enqueues a named Request and gets a Handle. Ranks may enqueue the same names
+// in different orders and from several threads; each cycle (HORA_CYCLE_TIME) the ranks agree
+// which names every rank has submitted, validate that they agree on every field, and execute
+// them in the same order everywhere, fusing small allreduces into one buffer
+// (HORA_FUSION_THRESHOLD). A response cache (HORA_CACHE_CAPACITY) turns the steady state (the
+// same names every step) into one small allreduce per cycle.
+//
+// Errors: a request whose fields differ between ranks fails on every rank with the same
+// MismatchError naming the tensor, the field and the ranks. A fatal error (a peer lost, a
+// timeout) fails every pending and later request with that error. After shutdown() every
+// pending request fails with ShutdownError; a new Engine may be created afterwards.
+//
+// Thread safety: enqueue() and the Handle methods may be called from any thread. The buffers of
+// a request must stay valid until its handle completes.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "hora/communicator.h"
+#include "hora/export.h"
+#include "hora/options.h"
+#include "hora/types.h"
+
+namespace hora {
+
+enum class Collective : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+};
+
+// Allocates the output of a request whose shape is known only after negotiation (allgather,
+// alltoall, reducescatter); called on the engine thread; returns the data pointer of a tensor of
+// that shape and the request's type.
+using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape)>;
+
+struct Request {
+  std::string name;
+  Collective op = Collective::kAllreduce;
+  DataType type = DataType::kFloat32;
+  std::vector<int64_t> shape;  // dimension 0 may differ between ranks for allgather / alltoall
+  const void* input = nullptr;
+  void* output = nullptr;  // allreduce, broadcast: same shape as the input (may be the input)
+  OutputAllocator allocate_output;  // allgather, alltoall, reducescatter
+  AllreduceOptions reduce;          // allreduce, reducescatter
+  int root = 0;                     // broadcast
+  std::vector<int64_t> splits;      // alltoall: rows of dimension 0 for each rank; empty = even
+};
+
+class HORA_API Handle {
+ public:
+  bool poll() const;  // true once the request completed, successfully or not
+  // Waits for completion; rethrows the request's error. TimeoutError when `timeout` passes first.
+  void wait(std::chrono::milliseconds timeout = std::chrono::hours(24 * 365)) const;
+  // The error of a completed request, or null.
+  std::exception_ptr error() const;
+  // The output shape (allgather, alltoall, reducescatter: as allocated).
+  std::vector<int64_t> outputShape() const;
+
+  struct State;
+  explicit Handle(std::shared_ptr<State> s) : state_(std::move(s)) {}
+
+ private:
+  std::shared_ptr<State> state_;
+};
+
+struct HORA_API EngineOptions {
+  std::chrono::microseconds cycle_time{1000};  // HORA_CYCLE_TIME (ms)
+  size_t fusion_threshold = 128u << 20;       // HORA_FUSION_THRESHOLD (bytes)
+  int cache_capacity = 1024;                  // HORA_CACHE_CAPACITY
+  std::chrono::seconds stall_check{60};       // HORA_STALL_CHECK_TIME_SECONDS (0 = off)
+  std::chrono::seconds stall_shutdown{0};     // HORA_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
+  static EngineOptions fromEnvironment();
+};
+
+namespace engine {
+class Runtime;
+}
+
+class HORA_API Engine {
+ public:
+  Engine(std::unique_ptr<Communicator> comm, const EngineOptions& options);
+  ~Engine();  // shutdown()
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  const Identity& identity() const;
+
+  // Never blocks on other ranks. `done` (optional) runs on the engine thread at completion.
+  Handle enqueue(Request request, std::function<void(std::exception_ptr)> done = {});
+
+  // Stops the background thread after agreeing with the other ranks; idempotent.
+  void shutdown();
+
+ private:
+  std::unique_ptr<engine::Runtime> runtime_;
+};
+
+}  // namespace hora

@@ -1,0 +1,194 @@
+#include "engine/negotiation.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace hora::engine {
+namespace {
+
+std::string shapeText(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+// Groups ranks by the value of a field: "rank 0, 2: float32; rank 1: float16".
+template <typename F>
+std::string disagreement(const std::vector<RequestMeta>& by_rank, F field) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    const std::string v = field(by_rank[r]);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == v; });
+    if (it == groups.end()) groups.push_back({v, {static_cast<int>(r)}});
+    else it->second.push_back(static_cast<int>(r));
+  }
+  if (groups.size() == 1) return "";
+  std::string out;
+  for (const auto& [value, ranks] : groups) {
+    out += out.empty() ? "" : "; ";
+    out += ranks.size() == 1 ? "rank " : "ranks ";
+    for (size_t i = 0; i < ranks.size(); ++i) out += (i ? ", " : "") + std::to_string(ranks[i]);
+    out += ": " + value;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string validate(const std::string& name, const std::vector<RequestMeta>& by_rank) {
+  const auto mismatch = [&](const std::string& field, const std::string& groups) {
+    return "Mismatched " + field + " for tensor '" + name + "' across ranks: " + groups;
+  };
+  std::string d = disagreement(by_rank, [](const RequestMeta& m) { return std::string(toString(m.op)); });
+  if (!d.empty()) return mismatch("collective operations", d);
+  const Collective op = by_rank[0].op;
+  d = disagreement(by_rank, [](const RequestMeta& m) { return std::string(toString(m.type)); });
+  if (!d.empty()) return mismatch("data types", d);
+  const bool ragged = op == Collective::kAllgather || op == Collective::kAlltoall;
+  d = disagreement(by_rank, [&](const RequestMeta& m) {
+    if (!ragged) return shapeText(m.shape);
+    auto rest = m.shape.empty() ? m.shape : std::vector<int64_t>(m.shape.begin() + 1, m.shape.end());
+    return "[*" + shapeText(rest).substr(1).insert(0, rest.empty() ? "" : ", ");
+  });
+  if (!d.empty()) return mismatch(ragged ? "shapes (beyond the first dimension)" : "shapes", d);
+  if (op == Collective::kAllreduce || op == Collective::kReducescatter) {
+    d = disagreement(by_rank, [](const RequestMeta& m) { return std::string(toString(m.reduce_op)); });
+    if (!d.empty()) return mismatch("reduce operations", d);
+    d = disagreement(by_rank, [](const RequestMeta& m) {
+      std::ostringstream s;
+      s << "prescale " << m.prescale << ", postscale " << m.postscale;
+      return s.str();
+    });
+    if (!d.empty()) return mismatch("scale factors", d);
+  }
+  if (op == Collective::kBroadcast) {
+    d = disagreement(by_rank, [](const RequestMeta& m) { return std::to_string(m.root); });
+    if (!d.empty()) return mismatch("root ranks", d);
+    if (by_rank[0].root < 0 || by_rank[0].root >= static_cast<int>(by_rank.size()))
+      return "Invalid root rank " + std::to_string(by_rank[0].root) + " for tensor '" + name + "'";
+  }
+  if (op == Collective::kAlltoall) {
+    for (size_t r = 0; r < by_rank.size(); ++r) {
+      const auto& m = by_rank[r];
+      if (m.splits.empty()) continue;
+      int64_t sum = 0;
+      for (int64_t s : m.splits) sum += s;
+      if (m.splits.size() != by_rank.size() || sum != m.rows())
+        return "Invalid splits for tensor '" + name + "' on rank " + std::to_string(r) + ": " +
+               shapeText(m.splits) + " must have one entry per rank summing to the first dimension " +
+               std::to_string(m.rows());
+    }
+  }
+  return "";
+}
+
+void PendingTable::add(int rank, RequestMeta meta, Clock::time_point now) {
+  auto [it, inserted] = entries_.try_emplace(meta.name);
+  Entry& e = it->second;
+  if (inserted) {
+    e.by_rank.resize(static_cast<size_t>(size_));
+    e.arrival = next_arrival_++;
+    e.first_seen = now;
+  }
+  if (meta.duplicate) {
+    e.duplicate_ranks.push_back(rank);
+    return;
+  }
+  auto& slot = e.by_rank[static_cast<size_t>(rank)];
+  if (!slot) ++e.present;
+  slot = std::move(meta);
+}
+
+std::vector<Response> PendingTable::takeReady() {
+  std::vector<std::pair<uint64_t, Response>> ready;
+  for (auto it = entries_.begin(); it != entries_.end();) {
+    Entry& e = it->second;
+    if (e.present < size_) {  // a duplicate too waits for every rank, so every rank fails
+      ++it;
+      continue;
+    }
+    if (!e.duplicate_ranks.empty()) {
+      std::string ranks;
+      for (int r : e.duplicate_ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+      ready.push_back({e.arrival, {it->first, {}, "Tensor '" + it->first +
+                                   "' was submitted again while still in flight on rank(s) " + ranks +
+                                   "; every name may be in flight once"}});
+      it = entries_.erase(it);
+      continue;
+    }
+    Response r{it->first, {}, ""};
+    for (auto& m : e.by_rank) r.metas.push_back(std::move(*m));
+    r.error = validate(r.name, r.metas);
+    ready.push_back({e.arrival, std::move(r)});
+    it = entries_.erase(it);
+  }
+  std::sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<Response> out;
+  for (auto& [arrival, r] : ready) out.push_back(std::move(r));
+  return out;
+}
+
+std::vector<PendingTable::Stall> PendingTable::stalled(Clock::time_point now,
+                                                       std::chrono::seconds older_than) const {
+  std::vector<Stall> out;
+  for (const auto& [name, e] : entries_) {
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - e.first_seen);
+    if (waited < older_than) continue;
+    Stall s{name, {}, waited};
+    for (size_t r = 0; r < e.by_rank.size(); ++r)
+      if (!e.by_rank[r]) s.missing.push_back(static_cast<int>(r));
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<Response> PendingTable::failIncomplete(const std::string& why) {
+  std::vector<Response> out;
+  for (auto& [name, e] : entries_) out.push_back({name, {}, why});
+  entries_.clear();
+  return out;
+}
+
+ResponseCache::ResponseCache(int capacity) : slots_(static_cast<size_t>(std::max(capacity, 0))) {}
+
+int ResponseCache::slotOf(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? -1 : it->second;
+}
+
+int ResponseCache::find(const std::string& name, int rank, const RequestMeta& mine) const {
+  const int slot = slotOf(name);
+  if (slot < 0) return -1;
+  return at(slot).metas[static_cast<size_t>(rank)] == mine ? slot : -1;
+}
+
+void ResponseCache::touch(int slot) { slots_[static_cast<size_t>(slot)].last_used = ++clock_; }
+
+std::pair<int, int> ResponseCache::insert(Response r) {
+  if (slots_.empty()) return {-1, -1};
+  if (int existing = slotOf(r.name); existing >= 0) erase(existing);
+  int free = -1, oldest = 0;
+  for (int s = 0; s < capacity(); ++s) {
+    const auto& slot = slots_[static_cast<size_t>(s)];
+    if (!slot.response) { free = s; break; }
+    if (slot.last_used < slots_[static_cast<size_t>(oldest)].last_used) oldest = s;
+  }
+  int evicted = -1;
+  if (free < 0) {
+    erase(oldest);
+    free = evicted = oldest;
+  }
+  by_name_[r.name] = free;
+  slots_[static_cast<size_t>(free)].response = std::move(r);
+  touch(free);
+  return {free, evicted};
+}
+
+void ResponseCache::erase(int slot) {
+  auto& s = slots_[static_cast<size_t>(slot)];
+  if (!s.response) return;
+  by_name_.erase(s.response->name);
+  s.response.reset();
+}
+
+}  // namespace hora::engine

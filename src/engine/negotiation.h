@@ -1,0 +1,93 @@
+// The negotiation's replicated state: every rank holds the same copy, because every rank feeds
+// it the same gathered requests in the same order (Note [replicated negotiation]).
+//
+// Note [replicated negotiation]: Horovod sends every new request to a coordinator (rank 0),
+// which decides and broadcasts the ready list. Here the ranks allgather their new requests and
+// each runs the same deterministic bookkeeping on the same input, so all reach the same ready
+// list, the same errors and the same cache, without the broadcast round trip. Responses are
+// ordered by the arrival of their first request (rank order within a cycle).
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/messages.h"
+
+namespace hora::engine {
+
+// A decision about one name, the same on every rank.
+struct Response {
+  std::string name;
+  std::vector<RequestMeta> metas;  // indexed by rank
+  std::string error;               // non-empty: the request fails on every rank with this text
+};
+
+// "": the ranks agree; otherwise the MismatchError text naming the tensor, the field and ranks.
+std::string validate(const std::string& name, const std::vector<RequestMeta>& by_rank);
+
+class PendingTable {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit PendingTable(int size) : size_(size) {}
+
+  // Records that `rank` submitted `meta` (from this cycle's gathered requests).
+  void add(int rank, RequestMeta meta, Clock::time_point now);
+  // Names every rank has submitted, validated, in arrival order; removed from the table.
+  std::vector<Response> takeReady();
+
+  struct Stall {
+    std::string name;
+    std::vector<int> missing;
+    std::chrono::seconds waited;
+  };
+  std::vector<Stall> stalled(Clock::time_point now, std::chrono::seconds older_than) const;
+  // Removes every name some rank has not submitted and returns them as error responses.
+  std::vector<Response> failIncomplete(const std::string& why);
+  bool empty() const { return entries_.empty(); }
+
+ private:
+  struct Entry {
+    std::vector<std::optional<RequestMeta>> by_rank;
+    std::vector<int> duplicate_ranks;
+    uint64_t arrival = 0;
+    Clock::time_point first_seen;
+    int present = 0;
+  };
+  int size_;
+  uint64_t next_arrival_ = 0;
+  std::map<std::string, Entry> entries_;
+};
+
+// Note [response cache]: after a name has been executed through the full negotiation, every
+// rank stores its Response in the same slot. When a rank submits that name again with the same
+// fields it only sets the slot's bit in the cycle's control vector; a bitwise AND over ranks
+// (a Min allreduce of bytes) tells which slots every rank has submitted, and those run without
+// exchanging any request. Inserts, evictions (least recently used) and touches happen in the
+// same order on every rank, so the slots stay identical.
+class ResponseCache {
+ public:
+  explicit ResponseCache(int capacity);
+  int capacity() const { return static_cast<int>(slots_.size()); }
+  // The slot holding `name` if rank `rank`'s fields in it equal `mine`; -1 otherwise.
+  int find(const std::string& name, int rank, const RequestMeta& mine) const;
+  int slotOf(const std::string& name) const;
+  const Response& at(int slot) const { return *slots_[static_cast<size_t>(slot)].response; }
+  void touch(int slot);
+  // Stores `r`; returns the slot it took and, if a name had to go, that name's slot (else -1).
+  std::pair<int, int> insert(Response r);
+  void erase(int slot);
+
+ private:
+  struct Slot {
+    std::optional<Response> response;
+    uint64_t last_used = 0;
+  };
+  std::vector<Slot> slots_;
+  std::map<std::string, int> by_name_;
+  uint64_t clock_ = 0;
+};
+
+}  // namespace hora::engine

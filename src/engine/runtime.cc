@@ -1,0 +1,444 @@
+#include "engine/runtime.h"
+
+#include <cstring>
+#include <numeric>
+#include <set>
+
+#include "common/logging.h"
+#include "hora/errors.h"
+
+namespace hora {
+
+namespace {
+
+std::optional<Error> errorOf(std::exception_ptr e) {
+  if (!e) return std::nullopt;
+  try {
+    std::rethrow_exception(e);
+  } catch (const Error& err) {
+    return Error(err.kind(), err.what());
+  } catch (const std::exception& err) {
+    return Error(ErrorKind::kInternal, err.what());
+  }
+}
+
+std::exception_ptr freshException(const std::optional<Error>& failure) {
+  if (!failure) return nullptr;
+  try {
+    rethrowAs(*failure);
+  } catch (...) {
+    return std::current_exception();
+  }
+}
+
+}  // namespace
+
+void Handle::State::complete(std::exception_ptr e, std::vector<int64_t> shape) {
+  std::function<void(std::exception_ptr)> cb;
+  std::optional<Error> f = errorOf(e);
+  {
+    std::lock_guard lock(mutex);
+    failure = f;
+    output_shape = std::move(shape);
+    cb = std::move(callback);
+  }
+  if (cb) cb(freshException(f));  // before `done`: a waiter sees the callback's effects
+  {
+    std::lock_guard lock(mutex);
+    done = true;
+  }
+  cv.notify_all();
+}
+
+bool Handle::poll() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->done;
+}
+
+void Handle::wait(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(state_->mutex);
+  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
+    throw TimeoutError("request did not complete within " + std::to_string(timeout.count()) + " ms");
+  if (state_->failure) rethrowAs(*state_->failure);
+}
+
+std::exception_ptr Handle::error() const {
+  std::lock_guard lock(state_->mutex);
+  return freshException(state_->failure);
+}
+
+std::vector<int64_t> Handle::outputShape() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->output_shape;
+}
+
+namespace engine {
+
+using Clock = PendingTable::Clock;
+
+// Note [engine cycle]: every cycle each rank (1) moves newly enqueued requests in, splitting
+// them into those the response cache knows (Note [response cache]) and new ones; (2) joins one
+// Min allreduce of a control vector: a byte per cache slot (1 = I submitted it), a byte that is
+// 0 when I have new requests to announce, and a byte that is 0 when I am shutting down; (3) if
+// anyone announces, allgathers the new requests and updates the replicated table (Note
+// [replicated negotiation]); (4) executes the ready responses in the same order everywhere,
+// fusing allreduces; (5) caches what the full negotiation decided. Cycles run every
+// HORA_CYCLE_TIME whether or not this rank has work, because the others may.
+
+Runtime::Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& options)
+    : comm_(std::move(comm)), options_(options), rank_(comm_->rank()), size_(comm_->size()),
+      table_(size_), cache_(options.cache_capacity) {
+  thread_ = std::thread([this] { loop(); });
+}
+
+Runtime::~Runtime() { shutdown(); }
+
+Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)> done) {
+  auto state = std::make_shared<Handle::State>();
+  state->callback = std::move(done);
+  Handle handle(state);
+  auto reject = [&](std::exception_ptr e) {
+    state->complete(e);
+    return handle;
+  };
+  if (request.name.empty())
+    return reject(std::make_exception_ptr(InvalidArgumentError("enqueue: the request has no name")));
+  RequestMeta meta = RequestMeta::of(request);
+  if (meta.elements() > 0 && request.input == nullptr)
+    return reject(std::make_exception_ptr(InvalidArgumentError("enqueue '" + request.name + "': input is null")));
+  const bool fixed_output = request.op == Collective::kAllreduce || request.op == Collective::kBroadcast;
+  if (fixed_output && meta.elements() > 0 && request.output == nullptr)
+    return reject(std::make_exception_ptr(InvalidArgumentError("enqueue '" + request.name + "': output is null")));
+  if (!fixed_output && !request.allocate_output)
+    return reject(std::make_exception_ptr(InvalidArgumentError("enqueue '" + request.name +
+                                                               "': this collective needs allocate_output")));
+  std::lock_guard lock(mutex_);
+  if (fatal_) return reject(fatal_);
+  if (stopping_) return reject(std::make_exception_ptr(ShutdownError("enqueue '" + request.name + "': the engine has shut down")));
+  queue_.push_back({std::move(request), std::move(meta), state});
+  wake_.notify_one();
+  return handle;
+}
+
+void Runtime::shutdown() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Runtime::loop() {
+  pthread_setname_np(pthread_self(), "hora-engine");
+  try {
+    while (cycle()) {
+      std::unique_lock lock(mutex_);
+      wake_.wait_for(lock, options_.cycle_time, [&] { return !queue_.empty() || stopping_; });
+    }
+    failEverything(std::make_exception_ptr(ShutdownError("the engine has shut down")));
+  } catch (const Error&) {
+    failEverything(std::current_exception());
+  }
+}
+
+void Runtime::admit(std::vector<Local> fresh) {
+  for (auto& l : fresh) {
+    const std::string name = l.meta.name;
+    if (in_flight_.count(name)) {
+      RequestMeta dup = l.meta;
+      dup.duplicate = true;
+      dup_announce_.push_back(std::move(dup));
+      duplicates_.push_back(std::move(l));
+      continue;
+    }
+    const int slot = cache_.find(name, rank_, l.meta);
+    if (slot >= 0) cached_waiting_[slot] = name;
+    else to_announce_.push_back(name);
+    in_flight_.emplace(name, std::move(l));
+  }
+}
+
+bool Runtime::cycle() {
+  std::vector<Local> fresh;
+  bool stopping;
+  {
+    std::lock_guard lock(mutex_);
+    fresh.swap(queue_);
+    stopping = stopping_;
+  }
+  admit(std::move(fresh));
+
+  const int slots = cache_.capacity();
+  std::vector<uint8_t> control(static_cast<size_t>(slots) + 2, 0);
+  for (const auto& [slot, name] : cached_waiting_) control[static_cast<size_t>(slot)] = 1;
+  control[static_cast<size_t>(slots)] = to_announce_.empty() && dup_announce_.empty() ? 1 : 0;
+  control[static_cast<size_t>(slots) + 1] = stopping ? 0 : 1;
+  comm_->allreduce(control.data(), control.data(), control.size(), DataType::kUInt8, {ReduceOp::kMin});
+
+  std::vector<Response> ready;
+  for (int slot = 0; slot < slots; ++slot) {
+    if (!control[static_cast<size_t>(slot)]) continue;
+    cache_.touch(slot);
+    ready.push_back(cache_.at(slot));
+    cached_waiting_.erase(slot);
+  }
+  std::vector<std::string> fully_negotiated;
+  if (control[static_cast<size_t>(slots)] == 0) {
+    std::vector<uint8_t> mine;
+    std::set<std::string> announced;
+    for (const auto& name : to_announce_) {
+      // A name may have been queued twice (evicted from the cache, then announced) or have
+      // finished meanwhile (failed by an error response): announce what is in flight, once.
+      auto it = in_flight_.find(name);
+      if (it != in_flight_.end() && announced.insert(name).second) encode(it->second.meta, mine);
+    }
+    for (const auto& m : dup_announce_) encode(m, mine);
+    to_announce_.clear();
+    dup_announce_.clear();
+    const std::vector<size_t> one(static_cast<size_t>(size_), 1);
+    std::vector<int64_t> lengths(static_cast<size_t>(size_));
+    const int64_t my_length = static_cast<int64_t>(mine.size());
+    comm_->allgather(&my_length, 1, lengths.data(), one, DataType::kInt64);
+    std::vector<size_t> counts(lengths.begin(), lengths.end());
+    std::vector<uint8_t> all(std::accumulate(counts.begin(), counts.end(), size_t{0}) + 1);
+    comm_->allgather(mine.data(), mine.size(), all.data(), counts, DataType::kUInt8);
+    const auto now = Clock::now();
+    size_t offset = 0;
+    for (int r = 0; r < size_; ++r) {
+      const auto metas = decodeAll({all.data() + offset, counts[static_cast<size_t>(r)]});
+      offset += counts[static_cast<size_t>(r)];
+      for (auto m : metas) {
+        // A name negotiated afresh leaves the cache on every rank; a rank that submitted it
+        // through the cache announces it again next cycle.
+        if (const int slot = cache_.slotOf(m.name); slot >= 0) {
+          cache_.erase(slot);
+          if (auto it = cached_waiting_.find(slot); it != cached_waiting_.end()) {
+            to_announce_.push_back(it->second);
+            cached_waiting_.erase(it);
+          }
+        }
+        table_.add(r, std::move(m), now);
+      }
+    }
+    for (auto& r : table_.takeReady()) {
+      if (r.error.empty()) fully_negotiated.push_back(r.name);
+      ready.push_back(std::move(r));
+    }
+  }
+  execute(ready);
+  for (auto& r : ready) {
+    if (!r.error.empty() || std::find(fully_negotiated.begin(), fully_negotiated.end(), r.name) ==
+                                fully_negotiated.end())
+      continue;
+    auto [slot, evicted] = cache_.insert(std::move(r));
+    if (evicted >= 0) {
+      if (auto it = cached_waiting_.find(evicted); it != cached_waiting_.end()) {
+        to_announce_.push_back(it->second);
+        cached_waiting_.erase(it);
+      }
+    }
+  }
+  warnStalls();
+  return control[static_cast<size_t>(slots) + 1] != 0;
+}
+
+void Runtime::execute(std::vector<Response>& ready) {
+  size_t i = 0;
+  while (i < ready.size()) {
+    const Response& r = ready[i];
+    if (!r.error.empty()) {
+      // Every request of that name fails, on every rank: the first submission and any duplicate.
+      const auto e = std::make_exception_ptr(MismatchError(r.error));
+      for (auto it = duplicates_.begin(); it != duplicates_.end();) {
+        if (it->meta.name == r.name) {
+          it->state->complete(e);
+          it = duplicates_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      finish(r.name, e);
+      ++i;
+      continue;
+    }
+    if (r.metas[0].op == Collective::kAllreduce) {
+      // Fuse the run of allreduces that agree on type, op and scales, up to the threshold.
+      std::vector<const Response*> group{&r};
+      size_t bytes = static_cast<size_t>(r.metas[0].elements()) * dataTypeSize(r.metas[0].type);
+      size_t j = i + 1;
+      for (; j < ready.size(); ++j) {
+        const Response& n = ready[j];
+        if (!n.error.empty() || n.metas[0].op != Collective::kAllreduce) break;
+        const auto& a = r.metas[0];
+        const auto& b = n.metas[0];
+        if (a.type != b.type || a.reduce_op != b.reduce_op || a.prescale != b.prescale ||
+            a.postscale != b.postscale)
+          break;
+        const size_t more = static_cast<size_t>(b.elements()) * dataTypeSize(b.type);
+        if (bytes + more > options_.fusion_threshold) break;
+        bytes += more;
+        group.push_back(&n);
+      }
+      executeAllreduceGroup(group);
+      i = j;
+      continue;
+    }
+    executeOne(r, in_flight_.at(r.name));
+    ++i;
+  }
+}
+
+void Runtime::executeAllreduceGroup(const std::vector<const Response*>& group) {
+  const RequestMeta& first = group[0]->metas[0];
+  const AllreduceOptions o{first.reduce_op, first.prescale, first.postscale};
+  const size_t elem = dataTypeSize(first.type);
+  if (group.size() == 1) {
+    Local& l = in_flight_.at(first.name);
+    comm_->allreduce(l.request.input, l.request.output, static_cast<size_t>(first.elements()), first.type, o);
+    finish(first.name, nullptr, l.meta.shape);
+    return;
+  }
+  size_t total = 0;
+  for (const Response* r : group) total += static_cast<size_t>(r->metas[0].elements());
+  if (fusion_.size() < total * elem) fusion_.resize(total * elem);
+  size_t offset = 0;
+  for (const Response* r : group) {
+    const Local& l = in_flight_.at(r->name);
+    const size_t bytes = static_cast<size_t>(l.meta.elements()) * elem;
+    if (bytes) std::memcpy(fusion_.data() + offset, l.request.input, bytes);
+    offset += bytes;
+  }
+  comm_->allreduce(fusion_.data(), fusion_.data(), total, first.type, o);
+  offset = 0;
+  for (const Response* r : group) {
+    Local& l = in_flight_.at(r->name);
+    const size_t bytes = static_cast<size_t>(l.meta.elements()) * elem;
+    if (bytes) std::memcpy(l.request.output, fusion_.data() + offset, bytes);
+    offset += bytes;
+    finish(r->name, nullptr, l.meta.shape);
+  }
+}
+
+void Runtime::executeOne(const Response& r, Local& mine) {
+  const RequestMeta& m = mine.meta;
+  const size_t row = static_cast<size_t>(m.rowElements());
+  const size_t elem = dataTypeSize(m.type);
+  std::vector<int64_t> shape = m.shape;
+  switch (m.op) {
+    case Collective::kAllreduce:
+      break;  // executed by executeAllreduceGroup
+    case Collective::kBroadcast: {
+      const size_t count = static_cast<size_t>(m.elements());
+      if (mine.request.output != mine.request.input && count)
+        std::memcpy(mine.request.output, mine.request.input, count * elem);
+      comm_->broadcast(mine.request.output, count, m.type, m.root);
+      break;
+    }
+    case Collective::kAllgather: {
+      std::vector<size_t> counts(static_cast<size_t>(size_));
+      int64_t rows = 0;
+      for (int s = 0; s < size_; ++s) {
+        counts[static_cast<size_t>(s)] = static_cast<size_t>(r.metas[static_cast<size_t>(s)].rows()) * row;
+        rows += r.metas[static_cast<size_t>(s)].rows();
+      }
+      if (shape.empty()) shape = {size_};  // scalars gather into a vector
+      else shape[0] = rows;
+      void* out = mine.request.allocate_output(shape);
+      comm_->allgather(mine.request.input, counts[static_cast<size_t>(rank_)], out, counts, m.type);
+      break;
+    }
+    case Collective::kAlltoall: {
+      auto splitsOf = [&](const RequestMeta& x) {
+        std::vector<int64_t> s = x.splits;
+        if (s.empty()) {
+          for (int d = 0; d < size_; ++d) s.push_back(x.rows() / size_ + (d < x.rows() % size_ ? 1 : 0));
+        }
+        return s;
+      };
+      std::vector<size_t> send(static_cast<size_t>(size_)), recv(static_cast<size_t>(size_));
+      const auto my_splits = splitsOf(m);
+      int64_t rows = 0;
+      for (int d = 0; d < size_; ++d) {
+        send[static_cast<size_t>(d)] = static_cast<size_t>(my_splits[static_cast<size_t>(d)]) * row;
+        const int64_t in = splitsOf(r.metas[static_cast<size_t>(d)])[static_cast<size_t>(rank_)];
+        recv[static_cast<size_t>(d)] = static_cast<size_t>(in) * row;
+        rows += in;
+      }
+      if (shape.empty()) shape = {rows};
+      else shape[0] = rows;
+      void* out = mine.request.allocate_output(shape);
+      comm_->alltoall(mine.request.input, send, out, recv, m.type);
+      break;
+    }
+    case Collective::kReducescatter: {
+      std::vector<size_t> counts(static_cast<size_t>(size_));
+      const int64_t rows = m.rows();
+      for (int d = 0; d < size_; ++d)
+        counts[static_cast<size_t>(d)] = static_cast<size_t>(rows / size_ + (d < rows % size_ ? 1 : 0)) * row;
+      if (shape.empty()) shape = {1};
+      else shape[0] = rows / size_ + (rank_ < rows % size_ ? 1 : 0);
+      void* out = mine.request.allocate_output(shape);
+      comm_->reducescatter(mine.request.input, out, counts, m.type, {m.reduce_op, m.prescale, m.postscale});
+      break;
+    }
+  }
+  finish(m.name, nullptr, shape);
+}
+
+void Runtime::finish(const std::string& name, std::exception_ptr error, std::vector<int64_t> shape) {
+  auto it = in_flight_.find(name);
+  if (it == in_flight_.end()) return;
+  auto state = it->second.state;
+  in_flight_.erase(it);
+  for (auto c = cached_waiting_.begin(); c != cached_waiting_.end(); ++c) {
+    if (c->second == name) {
+      cached_waiting_.erase(c);
+      break;
+    }
+  }
+  state->complete(error, std::move(shape));
+}
+
+void Runtime::failEverything(std::exception_ptr error) {
+  std::vector<Local> queued;
+  {
+    std::lock_guard lock(mutex_);
+    if (!fatal_) fatal_ = error;  // later enqueues fail with the first cause
+    stopping_ = true;
+    queued.swap(queue_);
+  }
+  for (auto& l : queued) l.state->complete(error);
+  for (auto& [name, l] : in_flight_) l.state->complete(error);
+  in_flight_.clear();
+  for (auto& l : duplicates_) l.state->complete(error);
+  duplicates_.clear();
+  cached_waiting_.clear();
+}
+
+void Runtime::warnStalls() {
+  if (options_.stall_check.count() == 0 || rank_ != 0) return;
+  const auto now = Clock::now();
+  for (const auto& s : table_.stalled(now, options_.stall_check)) {
+    auto& last = stall_warned_[s.name];
+    if (now - last < options_.stall_check) continue;
+    last = now;
+    std::string missing;
+    for (int r : s.missing) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+    HORA_LOG(warn, "Stalled tensor '{}': submitted by some ranks {} s ago, still missing on ranks [{}]",
+             s.name, s.waited.count(), missing);
+  }
+}
+
+}  // namespace engine
+
+Engine::Engine(std::unique_ptr<Communicator> comm, const EngineOptions& options)
+    : runtime_(std::make_unique<engine::Runtime>(std::move(comm), options)) {}
+Engine::~Engine() = default;
+const Identity& Engine::identity() const { return runtime_->identity(); }
+Handle Engine::enqueue(Request request, std::function<void(std::exception_ptr)> done) {
+  return runtime_->enqueue(std::move(request), std::move(done));
+}
+void Engine::shutdown() { runtime_->shutdown(); }
+
+}  // namespace hora

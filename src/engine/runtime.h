@@ -1,0 +1,87 @@
+// Runtime: the Engine's background thread and everything it owns (Note [engine cycle]).
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "engine/negotiation.h"
+#include "hora/engine.h"
+#include "hora/errors.h"
+
+namespace hora {
+
+// The completion of one request. The error is kept as kind and text, and every reader makes
+// its own exception from them: an exception object shared between the engine thread and user
+// threads would be released by whichever finishes last, outside any lock.
+struct Handle::State {
+  std::mutex mutex;
+  std::condition_variable cv;
+  bool done = false;                       // guarded by mutex
+  std::optional<Error> failure;            // guarded by mutex
+  std::vector<int64_t> output_shape;       // guarded by mutex
+  std::function<void(std::exception_ptr)> callback;
+  void complete(std::exception_ptr e, std::vector<int64_t> shape = {});
+};
+
+namespace engine {
+
+class Runtime {
+ public:
+  Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& options);
+  ~Runtime();
+
+  const Identity& identity() const { return comm_->identity(); }
+  Handle enqueue(Request request, std::function<void(std::exception_ptr)> done);
+  void shutdown();
+
+ private:
+  // A request of this rank, from enqueue until its response ran.
+  struct Local {
+    Request request;
+    RequestMeta meta;
+    std::shared_ptr<Handle::State> state;
+  };
+
+  void loop();
+  // One negotiation round and the execution of what it decided; false when the job shuts down.
+  bool cycle();
+  void admit(std::vector<Local> fresh);
+  void execute(std::vector<Response>& ready);
+  void executeAllreduceGroup(const std::vector<const Response*>& group);
+  void executeOne(const Response& r, Local& mine);
+  void finish(const std::string& name, std::exception_ptr error, std::vector<int64_t> shape = {});
+  void failEverything(std::exception_ptr error);
+  void warnStalls();
+
+  std::unique_ptr<Communicator> comm_;
+  const EngineOptions options_;
+  const int rank_, size_;
+
+  std::mutex mutex_;  // guards queue_, stopping_, fatal_
+  std::condition_variable wake_;
+  std::vector<Local> queue_;
+  bool stopping_ = false;
+  std::exception_ptr fatal_;
+
+  // Engine thread only:
+  std::map<std::string, Local> in_flight_;   // by name
+  std::vector<Local> duplicates_;            // second submissions of an in-flight name
+  std::map<int, std::string> cached_waiting_;  // cache slot -> name, this rank submitted it
+  std::vector<std::string> to_announce_;     // in-flight names for the next full negotiation
+  std::vector<RequestMeta> dup_announce_;    // duplicate submissions to report to every rank
+  PendingTable table_;
+  ResponseCache cache_;
+  std::vector<std::byte> fusion_;
+  std::map<std::string, PendingTable::Clock::time_point> stall_warned_;
+
+  std::thread thread_;  // last: starts after everything above exists
+};
+
+}  // namespace engine
+}  // namespace hora

@@ -1,0 +1,397 @@
+// The engine with real ranks: out-of-order submission from several threads, many tensors per
+// step over many steps (the response cache), fusion around the threshold with mixed types,
+// every collective, every mismatch kind, duplicates, stalls, shutdown and re-creation, and a
+// rank killed in the middle of a fused step.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+#include <thread>
+
+#include "harness.h"
+#include "hora/errors.h"
+
+namespace hora::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// prefix + number (written so, not with operator+, to dodge a GCC 12 -Wrestrict false positive).
+std::string indexed(const char* prefix, int i) {
+  std::string s = prefix;
+  s += std::to_string(i);
+  return s;
+}
+
+void expectNoErrors(const std::vector<std::string>& errors) {
+  for (size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// Tensor t of step s on rank r holds (r + 1) * (t + s + 1) at every element; the allreduce sum
+// is (t + s + 1) * n(n+1)/2.
+struct Tensor {
+  std::string name;
+  std::vector<double> data;
+};
+
+void submitAndCheck(Engine& e, int steps, int tensors, int threads, size_t max_len, std::mt19937& rng) {
+  const int n = e.identity().size, r = e.identity().rank;
+  for (int step = 0; step < steps; ++step) {
+    std::vector<Tensor> ts(static_cast<size_t>(tensors));
+    for (int t = 0; t < tensors; ++t)
+      ts[static_cast<size_t>(t)] = {indexed("grad.", t),
+                                    std::vector<double>(1 + static_cast<size_t>(t) * 7 % max_len,
+                                                        (r + 1.0) * (t + step + 1))};
+    // Every rank submits in its own order, from several threads.
+    std::vector<int> order(static_cast<size_t>(tensors));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<Handle> handles(static_cast<size_t>(tensors), Handle(nullptr));
+    std::vector<std::thread> submitters;
+    for (int k = 0; k < threads; ++k)
+      submitters.emplace_back([&, k] {
+        for (size_t i = static_cast<size_t>(k); i < order.size(); i += static_cast<size_t>(threads)) {
+          auto& t = ts[static_cast<size_t>(order[i])];
+          Request req;
+          req.name = t.name;
+          req.type = DataType::kFloat64;
+          req.shape = {static_cast<int64_t>(t.data.size())};
+          req.input = t.data.data();
+          req.output = t.data.data();
+          handles[static_cast<size_t>(order[i])] = e.enqueue(std::move(req));
+        }
+      });
+    for (auto& s : submitters) s.join();
+    for (int t = 0; t < tensors; ++t) {
+      handles[static_cast<size_t>(t)].wait(60s);
+      const double want = (t + step + 1) * n * (n + 1) / 2.0;
+      for (double v : ts[static_cast<size_t>(t)].data) ASSERT_EQ(v, want) << "tensor " << t << " step " << step;
+    }
+  }
+}
+
+TEST(Engine, ManyTensorsOutOfOrderFromSeveralThreadsOverManySteps) {
+  expectNoErrors(runEngines(3, [](Engine& e) {
+    std::mt19937 rng(static_cast<unsigned>(e.identity().rank) * 7919u);
+    submitAndCheck(e, 6, 1000, 3, 64, rng);
+  }));
+}
+
+TEST(Engine, SmallCacheAndTinyFusionThresholdStayCorrect) {
+  EngineOptions o;
+  o.cache_capacity = 7;        // far fewer slots than names: constant eviction
+  o.fusion_threshold = 1000;   // groups of a few tensors, some alone
+  expectNoErrors(runEngines(2, [](Engine& e) {
+    std::mt19937 rng(static_cast<unsigned>(e.identity().rank) + 1);
+    submitAndCheck(e, 4, 60, 2, 300, rng);
+  }, o));
+}
+
+TEST(Engine, FusionWithMixedTypesOpsAndScales) {
+  EngineOptions o;
+  o.fusion_threshold = 4096;
+  expectNoErrors(runEngines(3, [](Engine& e) {
+    const int r = e.identity().rank;
+    std::vector<std::vector<float>> f(20);
+    std::vector<std::vector<int32_t>> i(20);
+    std::vector<Handle> hs;
+    for (int t = 0; t < 20; ++t) {
+      // Sizes around the threshold: 1000 floats = 4000 bytes, 1100 floats = 4400 bytes.
+      f[static_cast<size_t>(t)].assign(t % 2 ? 1000 : 1100, static_cast<float>(r + 1));
+      i[static_cast<size_t>(t)].assign(static_cast<size_t>(t + 1), r + 1);
+      Request a;
+      a.name = indexed("f", t);
+      a.type = DataType::kFloat32;
+      a.shape = {static_cast<int64_t>(f[static_cast<size_t>(t)].size())};
+      a.input = a.output = f[static_cast<size_t>(t)].data();
+      a.reduce = t % 3 ? AllreduceOptions{ReduceOp::kAverage} : AllreduceOptions{ReduceOp::kSum, 2.0, 0.5};
+      hs.push_back(e.enqueue(a));
+      Request b;
+      b.name = indexed("i", t);
+      b.type = DataType::kInt32;
+      b.shape = {t + 1};
+      b.input = b.output = i[static_cast<size_t>(t)].data();
+      b.reduce = {t % 2 ? ReduceOp::kMax : ReduceOp::kSum};
+      hs.push_back(e.enqueue(b));
+    }
+    for (auto& h : hs) h.wait(60s);
+    for (int t = 0; t < 20; ++t) {
+      const float want_f = t % 3 ? 2.0f : 6.0f;  // average of 1,2,3; or (2+4+6)*0.5
+      for (float v : f[static_cast<size_t>(t)]) ASSERT_EQ(v, want_f) << "f" << t;
+      const int want_i = t % 2 ? 3 : 6;
+      for (int v : i[static_cast<size_t>(t)]) ASSERT_EQ(v, want_i) << "i" << t;
+    }
+  }, o));
+}
+
+TEST(Engine, AllgatherAlltoallBroadcastReducescatter) {
+  expectNoErrors(runEngines(3, [](Engine& e) {
+    const int r = e.identity().rank, n = e.identity().size;
+    // allgather with different first dimensions: rank r has r + 1 rows of 2.
+    std::vector<int64_t> rows(static_cast<size_t>(2 * (r + 1)), r);
+    std::vector<int64_t> gathered;
+    Request g;
+    g.name = "gather";
+    g.op = Collective::kAllgather;
+    g.type = DataType::kInt64;
+    g.shape = {r + 1, 2};
+    g.input = rows.data();
+    g.allocate_output = [&](const std::vector<int64_t>& shape) {
+      gathered.resize(static_cast<size_t>(shape[0] * shape[1]));
+      return gathered.data();
+    };
+    auto hg = e.enqueue(g);
+    // alltoall: rank r sends d + 1 rows to rank d, each row = 100 * r + d.
+    std::vector<int64_t> splits, send;
+    for (int d = 0; d < n; ++d) {
+      splits.push_back(d + 1);
+      for (int k = 0; k <= d; ++k) send.push_back(100 * r + d);
+    }
+    std::vector<int64_t> received;
+    Request a;
+    a.name = "a2a";
+    a.op = Collective::kAlltoall;
+    a.type = DataType::kInt64;
+    a.shape = {static_cast<int64_t>(send.size())};
+    a.splits = splits;
+    a.input = send.data();
+    a.allocate_output = [&](const std::vector<int64_t>& shape) {
+      received.resize(static_cast<size_t>(shape[0]));
+      return received.data();
+    };
+    auto ha = e.enqueue(a);
+    // broadcast from rank 1, out of place.
+    std::vector<float> src(5, static_cast<float>(r * 10)), dst(5, -1);
+    Request b;
+    b.name = "bcast";
+    b.op = Collective::kBroadcast;
+    b.type = DataType::kFloat32;
+    b.shape = {5};
+    b.root = 1;
+    b.input = src.data();
+    b.output = dst.data();
+    auto hb = e.enqueue(b);
+    // reducescatter of 7 rows of 1: ranks get 3, 2, 2 rows.
+    std::vector<float> full(7, 1.0f), part;
+    Request s;
+    s.name = "rs";
+    s.op = Collective::kReducescatter;
+    s.type = DataType::kFloat32;
+    s.shape = {7, 1};
+    s.input = full.data();
+    s.allocate_output = [&](const std::vector<int64_t>& shape) {
+      part.resize(static_cast<size_t>(shape[0]));
+      return part.data();
+    };
+    auto hs = e.enqueue(s);
+    hg.wait(60s);
+    ha.wait(60s);
+    hb.wait(60s);
+    hs.wait(60s);
+    std::vector<int64_t> want_g;
+    for (int s2 = 0; s2 < n; ++s2)
+      for (int k = 0; k < 2 * (s2 + 1); ++k) want_g.push_back(s2);
+    EXPECT_EQ(gathered, want_g);
+    EXPECT_EQ(hg.outputShape(), (std::vector<int64_t>{6, 2}));
+    std::vector<int64_t> want_a;
+    for (int s2 = 0; s2 < n; ++s2)
+      for (int k = 0; k <= r; ++k) want_a.push_back(100 * s2 + r);
+    EXPECT_EQ(received, want_a);
+    EXPECT_EQ(dst, std::vector<float>(5, 10.0f));
+    EXPECT_EQ(part, std::vector<float>(r == 0 ? 3 : 2, 3.0f));
+  }));
+}
+
+// Submits one tensor whose fields depend on the rank as `vary` says, and returns the error text.
+std::vector<std::string> mismatch(const std::function<void(Request&, int)>& vary) {
+  std::vector<std::string> messages(3);
+  expectNoErrors(runEngines(3, [&](Engine& e) {
+    std::vector<float> in(8, 1.0f), out(8);
+    std::vector<float> big;
+    Request q;
+    q.name = "w";
+    q.type = DataType::kFloat32;
+    q.shape = {8};
+    q.input = in.data();
+    q.output = out.data();
+    q.allocate_output = [&](const std::vector<int64_t>& shape) {
+      int64_t n = 1;
+      for (auto d : shape) n *= d;
+      big.resize(static_cast<size_t>(n));
+      return big.data();
+    };
+    vary(q, e.identity().rank);
+    try {
+      e.enqueue(q).wait(30s);
+    } catch (const MismatchError& err) {
+      messages[static_cast<size_t>(e.identity().rank)] = err.what();
+    }
+    // The engine is still usable after a mismatch.
+    float x = 1, y = 0;
+    Request ok;
+    ok.name = "after";
+    ok.type = DataType::kFloat32;
+    ok.shape = {1};
+    ok.input = &x;
+    ok.output = &y;
+    e.enqueue(ok).wait(30s);
+    EXPECT_EQ(y, 3.0f);
+  }));
+  return messages;
+}
+
+void expectAll(const std::vector<std::string>& messages, const std::string& needle) {
+  for (size_t r = 0; r < messages.size(); ++r) {
+    EXPECT_NE(messages[r].find(needle), std::string::npos) << "rank " << r << ": '" << messages[r] << "'";
+    EXPECT_EQ(messages[r], messages[0]) << "every rank gets the same message";
+  }
+}
+
+TEST(Engine, EveryMismatchFailsOnEveryRankWithOneMessage) {
+  expectAll(mismatch([](Request& q, int r) { if (r == 1) q.shape = {4, 2}; }),
+            "Mismatched shapes for tensor 'w' across ranks: ranks 0, 2: [8]; rank 1: [4, 2]");
+  expectAll(mismatch([](Request& q, int r) { if (r == 2) q.type = DataType::kFloat16; }),
+            "Mismatched data types for tensor 'w' across ranks: ranks 0, 1: float32; rank 2: float16");
+  expectAll(mismatch([](Request& q, int r) { if (r == 0) q.op = Collective::kAllgather; }),
+            "Mismatched collective operations for tensor 'w' across ranks: rank 0: allgather; ranks 1, 2: allreduce");
+  expectAll(mismatch([](Request& q, int r) { q.reduce.op = r == 1 ? ReduceOp::kMax : ReduceOp::kSum; }),
+            "Mismatched reduce operations for tensor 'w'");
+  expectAll(mismatch([](Request& q, int r) { q.reduce.postscale = r == 0 ? 2.0 : 1.0; }),
+            "Mismatched scale factors for tensor 'w'");
+  expectAll(mismatch([](Request& q, int r) { q.op = Collective::kBroadcast; q.root = r == 2 ? 1 : 0; }),
+            "Mismatched root ranks for tensor 'w' across ranks: ranks 0, 1: 0; rank 2: 1");
+}
+
+TEST(Engine, ANameSubmittedTwiceWhileInFlightFailsOnEveryRank) {
+  std::vector<std::string> messages(3);
+  expectNoErrors(runEngines(2, [&](Engine& e) {
+    const int r = e.identity().rank;
+    float a = 1, b = 2;
+    Request q;
+    q.name = "twice";
+    q.type = DataType::kFloat32;
+    q.shape = {1};
+    q.input = q.output = &a;
+    // Rank 1 submits the name twice before its first submission can complete (rank 0 holds it
+    // back by submitting late).
+    if (r == 0) std::this_thread::sleep_for(200ms);
+    Handle first = e.enqueue(q);
+    Handle second(nullptr);
+    if (r == 1) {
+      Request again = q;
+      again.input = again.output = &b;
+      second = e.enqueue(again);
+    }
+    try {
+      first.wait(30s);
+    } catch (const MismatchError& err) {
+      messages[static_cast<size_t>(r)] = err.what();
+    }
+    if (r == 1) {
+      try {
+        second.wait(30s);
+      } catch (const MismatchError& err) {
+        messages[2] = err.what();
+      }
+    }
+    // The name is usable again afterwards.
+    float c = 5;
+    q.input = q.output = &c;
+    e.enqueue(q).wait(30s);
+    EXPECT_EQ(c, 10.0f);
+  }));
+  expectAll(messages, "Tensor 'twice' was submitted again while still in flight on rank(s) 1");
+}
+
+TEST(Engine, ShutdownFailsLaterRequestsAndANewEngineWorks) {
+  rendezvous::TcpStoreServer store("127.0.0.1", 0, kTestSecret);
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::thread> ts;
+    for (int r = 0; r < 2; ++r)
+      ts.emplace_back([&, r] {
+        Identity id;
+        id.rank = r;
+        id.size = 2;
+        id.local_rank = r;
+        id.local_size = 2;
+        RendezvousOptions rv{"127.0.0.1", store.port(), kTestSecret, indexed("round", round) + "/"};
+        Engine e(Communicator::create(id, rv, testOptions()), {});
+        float x = 1;
+        Request q;
+        q.name = "x";
+        q.shape = {1};
+        q.input = q.output = &x;
+        e.enqueue(q).wait(30s);
+        EXPECT_EQ(x, 2.0f);
+        e.shutdown();
+        e.shutdown();  // idempotent
+        EXPECT_THROW(e.enqueue(q).wait(5s), ShutdownError);
+      });
+    for (auto& t : ts) t.join();
+  }
+}
+
+HORA_WORKER_SCENARIO(engine_stall) {
+  EngineOptions o = EngineOptions::fromEnvironment();
+  Engine e(Communicator::fromEnvironment(), o);
+  float x = 1;
+  Request q;
+  q.name = "late.tensor";
+  q.shape = {1};
+  q.input = q.output = &x;
+  if (e.identity().rank == 1) std::this_thread::sleep_for(2500ms);  // rank 1 falls behind
+  e.enqueue(q).wait(30s);
+  return x == 3.0f ? 0 : 1;
+}
+
+TEST(Engine, StallInspectorNamesTheMissingRanks) {
+  ProcessJob job(3, "engine_stall", {{"HORA_STALL_CHECK_TIME_SECONDS", "1"}});
+  const auto outcomes = job.wait(60s);
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(outcomes[static_cast<size_t>(r)].exit_code, 0) << outcomes[static_cast<size_t>(r)].output;
+  EXPECT_NE(outcomes[0].output.find("Stalled tensor 'late.tensor'"), std::string::npos) << outcomes[0].output;
+  EXPECT_NE(outcomes[0].output.find("still missing on ranks [1]"), std::string::npos) << outcomes[0].output;
+}
+
+HORA_WORKER_SCENARIO(engine_fused_steps) {
+  Engine e(Communicator::fromEnvironment(), EngineOptions::fromEnvironment());
+  std::vector<std::vector<float>> ts(50, std::vector<float>(20000, 1.0f));
+  std::printf("ready\n");
+  std::fflush(stdout);
+  try {
+    for (int step = 0; step < 100000; ++step) {
+      std::vector<Handle> hs;
+      for (size_t t = 0; t < ts.size(); ++t) {
+        Request q;
+        q.name = indexed("g", static_cast<int>(t));
+        q.shape = {20000};
+        q.input = q.output = ts[t].data();
+        q.reduce = {ReduceOp::kAverage};
+        hs.push_back(e.enqueue(q));
+      }
+      for (auto& h : hs) h.wait(30s);
+    }
+  } catch (const PeerError& err) {
+    std::printf("ERROR: %s\n", err.what());
+    return 10 + static_cast<int>(ErrorKind::kPeer);
+  }
+  return 0;
+}
+
+TEST(Faults, RankKilledDuringAFusedStepFailsEveryPendingRequestNamingIt) {
+  ProcessJob job(3, "engine_fused_steps");
+  for (int r = 0; r < 3; ++r) ASSERT_TRUE(job.waitForOutput(r, "ready", 30s));
+  std::this_thread::sleep_for(300ms);
+  ::kill(job.pid(2), SIGKILL);
+  const auto outcomes = job.wait(20s);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(outcomes[static_cast<size_t>(r)].exit_code, 10 + static_cast<int>(ErrorKind::kPeer))
+        << outcomes[static_cast<size_t>(r)].output;
+    EXPECT_NE(outcomes[static_cast<size_t>(r)].output.find("rank 2"), std::string::npos)
+        << outcomes[static_cast<size_t>(r)].output;
+  }
+}
+
+}  // namespace
+}  // namespace hora::testing
