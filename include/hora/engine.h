@@ -85,6 +85,15 @@ struct HORA_API EngineOptions {
   static EngineOptions fromEnvironment();
 };
 
+// Counters of the engine thread, for benchmarks and tests.
+struct EngineStats {
+  uint64_t cycles = 0;              // negotiation cycles run
+  uint64_t full_negotiations = 0;   // cycles that had to exchange new requests
+  uint64_t cached_responses = 0;    // responses decided by the cache alone
+  uint64_t fused_allreduces = 0;    // collectives that carried more than one tensor
+  double negotiation_seconds = 0;   // time spent negotiating (not executing)
+};
+
 namespace engine {
 class Runtime;
 }
@@ -103,6 +112,8 @@ class HORA_API Engine {
 
   // Stops the background thread after agreeing with the other ranks; idempotent.
   void shutdown();
+
+  EngineStats stats() const;
 
  private:
   std::unique_ptr<engine::Runtime> runtime_;

@@ -76,6 +76,9 @@ namespace engine {
 
 using Clock = PendingTable::Clock;
 
+// Tensors of at least this size are not copied into the fusion buffer (see execute()).
+constexpr size_t kFuseBelowBytes = 1 << 20;
+
 // Note [engine cycle]: every cycle each rank (1) moves newly enqueued requests in, splitting
 // them into those the response cache knows (Note [response cache]) and new ones; (2) joins one
 // Min allreduce of a control vector: a byte per cache slot (1 = I submitted it), a byte that is
@@ -159,7 +162,15 @@ void Runtime::admit(std::vector<Local> fresh) {
   }
 }
 
+EngineStats Runtime::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
 bool Runtime::cycle() {
+  const auto started = Clock::now();
+  EngineStats delta;
+  delta.cycles = 1;
   std::vector<Local> fresh;
   bool stopping;
   {
@@ -181,10 +192,12 @@ bool Runtime::cycle() {
     if (!control[static_cast<size_t>(slot)]) continue;
     cache_.touch(slot);
     ready.push_back(cache_.at(slot));
+    ++delta.cached_responses;
     cached_waiting_.erase(slot);
   }
   std::vector<std::string> fully_negotiated;
   if (control[static_cast<size_t>(slots)] == 0) {
+    ++delta.full_negotiations;
     std::vector<uint8_t> mine;
     std::set<std::string> announced;
     for (const auto& name : to_announce_) {
@@ -226,7 +239,16 @@ bool Runtime::cycle() {
       ready.push_back(std::move(r));
     }
   }
-  execute(ready);
+  delta.negotiation_seconds = std::chrono::duration<double>(Clock::now() - started).count();
+  delta.fused_allreduces = execute(ready);
+  {
+    std::lock_guard lock(mutex_);
+    stats_.cycles += delta.cycles;
+    stats_.full_negotiations += delta.full_negotiations;
+    stats_.cached_responses += delta.cached_responses;
+    stats_.fused_allreduces += delta.fused_allreduces;
+    stats_.negotiation_seconds += delta.negotiation_seconds;
+  }
   for (auto& r : ready) {
     if (!r.error.empty() || std::find(fully_negotiated.begin(), fully_negotiated.end(), r.name) ==
                                 fully_negotiated.end())
@@ -243,7 +265,8 @@ bool Runtime::cycle() {
   return control[static_cast<size_t>(slots) + 1] != 0;
 }
 
-void Runtime::execute(std::vector<Response>& ready) {
+uint64_t Runtime::execute(std::vector<Response>& ready) {
+  uint64_t fused = 0;
   size_t i = 0;
   while (i < ready.size()) {
     const Response& r = ready[i];
@@ -263,11 +286,13 @@ void Runtime::execute(std::vector<Response>& ready) {
       continue;
     }
     if (r.metas[0].op == Collective::kAllreduce) {
-      // Fuse the run of allreduces that agree on type, op and scales, up to the threshold.
+      // Fuse the run of small allreduces that agree on type, op and scales, up to the
+      // threshold. A large tensor runs alone, in place: fusing it would cost two copies of its
+      // bytes to save one collective's latency.
       std::vector<const Response*> group{&r};
       size_t bytes = static_cast<size_t>(r.metas[0].elements()) * dataTypeSize(r.metas[0].type);
       size_t j = i + 1;
-      for (; j < ready.size(); ++j) {
+      for (; j < ready.size() && bytes < kFuseBelowBytes; ++j) {
         const Response& n = ready[j];
         if (!n.error.empty() || n.metas[0].op != Collective::kAllreduce) break;
         const auto& a = r.metas[0];
@@ -276,17 +301,19 @@ void Runtime::execute(std::vector<Response>& ready) {
             a.postscale != b.postscale)
           break;
         const size_t more = static_cast<size_t>(b.elements()) * dataTypeSize(b.type);
-        if (bytes + more > options_.fusion_threshold) break;
+        if (more >= kFuseBelowBytes || bytes + more > options_.fusion_threshold) break;
         bytes += more;
         group.push_back(&n);
       }
       executeAllreduceGroup(group);
+      fused += group.size() > 1 ? 1 : 0;
       i = j;
       continue;
     }
     executeOne(r, in_flight_.at(r.name));
     ++i;
   }
+  return fused;
 }
 
 void Runtime::executeAllreduceGroup(const std::vector<const Response*>& group) {
@@ -440,5 +467,6 @@ Handle Engine::enqueue(Request request, std::function<void(std::exception_ptr)> 
   return runtime_->enqueue(std::move(request), std::move(done));
 }
 void Engine::shutdown() { runtime_->shutdown(); }
+EngineStats Engine::stats() const { return runtime_->stats(); }
 
 }  // namespace hora

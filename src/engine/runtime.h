@@ -39,6 +39,7 @@ class Runtime {
   const Identity& identity() const { return comm_->identity(); }
   Handle enqueue(Request request, std::function<void(std::exception_ptr)> done);
   void shutdown();
+  EngineStats stats() const;
 
  private:
   // A request of this rank, from enqueue until its response ran.
@@ -52,7 +53,8 @@ class Runtime {
   // One negotiation round and the execution of what it decided; false when the job shuts down.
   bool cycle();
   void admit(std::vector<Local> fresh);
-  void execute(std::vector<Response>& ready);
+  // Runs the ready responses; returns how many fused allreduces it ran.
+  uint64_t execute(std::vector<Response>& ready);
   void executeAllreduceGroup(const std::vector<const Response*>& group);
   void executeOne(const Response& r, Local& mine);
   void finish(const std::string& name, std::exception_ptr error, std::vector<int64_t> shape = {});
@@ -63,11 +65,12 @@ class Runtime {
   const EngineOptions options_;
   const int rank_, size_;
 
-  std::mutex mutex_;  // guards queue_, stopping_, fatal_
+  mutable std::mutex mutex_;  // guards queue_, stopping_, fatal_, stats_
   std::condition_variable wake_;
   std::vector<Local> queue_;
   bool stopping_ = false;
   std::exception_ptr fatal_;
+  EngineStats stats_;
 
   // Engine thread only:
   std::map<std::string, Local> in_flight_;   // by name

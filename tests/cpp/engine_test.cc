@@ -79,6 +79,19 @@ TEST(Engine, ManyTensorsOutOfOrderFromSeveralThreadsOverManySteps) {
   }));
 }
 
+TEST(Engine, SteadyStateNeedsNoFullNegotiation) {
+  expectNoErrors(runEngines(2, [](Engine& e) {
+    std::mt19937 rng(static_cast<unsigned>(e.identity().rank) + 11);
+    submitAndCheck(e, 1, 100, 1, 16, rng);  // first step: names negotiated in full, then cached
+    const EngineStats before = e.stats();
+    submitAndCheck(e, 5, 100, 2, 16, rng);
+    const EngineStats after = e.stats();
+    EXPECT_EQ(after.full_negotiations, before.full_negotiations) << "cached names were negotiated again";
+    EXPECT_EQ(after.cached_responses - before.cached_responses, 500u);
+    EXPECT_GT(after.fused_allreduces, before.fused_allreduces);
+  }));
+}
+
 TEST(Engine, SmallCacheAndTinyFusionThresholdStayCorrect) {
   EngineOptions o;
   o.cache_capacity = 7;        // far fewer slots than names: constant eviction

@@ -1,0 +1,158 @@
+// engine-bench: a simulated backward pass through the engine.
+//
+//   horarun -np 2 engine-bench --model resnet50 --steps 20
+//
+// Each step submits the gradient tensors of a real model in reverse layer order, with the
+// layer's compute time before each (a sleep: on a GPU the host thread waits while the device
+// computes, leaving the CPU to the communication), then waits for all of them. It reports the
+// step time against the compute alone and against one raw allreduce of all the step's bytes;
+// communication is hidden when the step takes about max(compute, raw allreduce). It also
+// reports the cost of a steady-state negotiation cycle (an idle engine cycling).
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "hora/communicator.h"
+#include "hora/engine.h"
+#include "hora/errors.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using hora::DataType;
+
+// Parameter counts of each gradient tensor in forward order.
+std::vector<size_t> resnet50() {
+  std::vector<size_t> t{7 * 7 * 3 * 64, 64, 64};  // conv1, bn1
+  size_t in = 64;
+  const int blocks[] = {3, 4, 6, 3};
+  const size_t widths[] = {64, 128, 256, 512};
+  for (int g = 0; g < 4; ++g) {
+    const size_t w = widths[g], out = 4 * w;
+    for (int b = 0; b < blocks[g]; ++b) {
+      t.insert(t.end(), {in * w, w, w, 9 * w * w, w, w, w * out, out, out});
+      if (b == 0) t.insert(t.end(), {in * out, out, out});  // downsample conv + bn
+      in = out;
+    }
+  }
+  t.insert(t.end(), {2048 * 1000, 1000});  // fc
+  return t;
+}
+
+// The source tutorial's WideResNet on 1-channel 28x28 images: depth 16, width 10.
+std::vector<size_t> wrn16_10() {
+  std::vector<size_t> t{3 * 3 * 1 * 16};
+  size_t in = 16;
+  for (size_t w : {160u, 320u, 640u}) {
+    for (int b = 0; b < 2; ++b) {
+      t.insert(t.end(), {in, in, 9 * in * w, w, w, 9 * w * w});
+      if (b == 0) t.push_back(in * w);  // 1x1 shortcut
+      in = w;
+    }
+  }
+  t.insert(t.end(), {640, 640, 640 * 10, 10});
+  return t;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"engine-bench: a simulated backward pass through the hora engine"};
+  std::string model = "resnet50";
+  int steps = 20;
+  double compute_ms = -1;
+  app.add_option("--model", model, "resnet50 or wrn16-10")->check(CLI::IsMember({"resnet50", "wrn16-10"}));
+  app.add_option("--steps", steps, "Timed steps (after 3 warm-up steps)")->check(CLI::Range(1, 100000));
+  app.add_option("--compute-ms", compute_ms,
+                 "Compute time of one backward pass, spread over the layers by parameter count; "
+                 "default: the measured time of one raw allreduce of all gradients");
+  CLI11_PARSE(app, argc, argv);
+  try {
+    const auto sizes = model == "resnet50" ? resnet50() : wrn16_10();
+    const size_t total = std::accumulate(sizes.begin(), sizes.end(), size_t{0});
+    std::vector<std::vector<float>> grads;
+    for (size_t n : sizes) grads.emplace_back(n, 1.0f);
+
+    // One raw allreduce of every byte, on its own communicator.
+    auto raw = hora::Communicator::fromEnvironment();
+    const bool lead = raw->rank() == 0;
+    std::vector<float> flat(total, 1.0f);
+    std::vector<double> raw_ms;
+    for (int i = 0; i < 3 + std::min(steps, 10); ++i) {
+      raw->barrier();
+      const auto t0 = Clock::now();
+      raw->allreduce(flat.data(), flat.data(), total, DataType::kFloat32, {hora::ReduceOp::kAverage});
+      double ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      raw->allreduce(&ms, &ms, 1, DataType::kFloat64, {hora::ReduceOp::kMax});
+      if (i >= 3) raw_ms.push_back(ms);
+    }
+    const double raw_median = median(raw_ms);
+    if (compute_ms < 0) compute_ms = raw_median;
+    raw->barrier();
+
+    hora::Engine engine(hora::Communicator::fromEnvironment(), hora::EngineOptions::fromEnvironment());
+    auto step = [&](bool communicate) {
+      std::vector<hora::Handle> handles;
+      handles.reserve(sizes.size());
+      for (size_t k = sizes.size(); k-- > 0;) {
+        std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(
+            compute_ms * static_cast<double>(sizes[k]) / static_cast<double>(total)));
+        if (!communicate) continue;
+        hora::Request q;
+        q.name = "grad." + std::to_string(k);
+        q.shape = {static_cast<int64_t>(sizes[k])};
+        q.input = q.output = grads[k].data();
+        q.reduce = {hora::ReduceOp::kAverage};
+        handles.push_back(engine.enqueue(std::move(q)));
+      }
+      for (auto& h : handles) h.wait();
+    };
+    auto timeSteps = [&](bool communicate) {
+      std::vector<double> ms;
+      for (int i = 0; i < 3 + steps; ++i) {
+        raw->barrier();
+        const auto t0 = Clock::now();
+        step(communicate);
+        double m = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+        raw->allreduce(&m, &m, 1, DataType::kFloat64, {hora::ReduceOp::kMax});
+        if (i >= 3) ms.push_back(m);
+      }
+      return median(ms);
+    };
+    const double compute_only = timeSteps(false);
+    const hora::EngineStats before = engine.stats();
+    const double step_ms = timeSteps(true);
+    const hora::EngineStats after = engine.stats();
+
+    // Idle cycles: the steady-state negotiation cost (one control allreduce per cycle).
+    const auto idle0 = engine.stats();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    const auto idle1 = engine.stats();
+    const double us_per_cycle = (idle1.negotiation_seconds - idle0.negotiation_seconds) * 1e6 /
+                                static_cast<double>(std::max<uint64_t>(1, idle1.cycles - idle0.cycles));
+    if (lead) {
+      std::printf("| model | ranks | tensors | MiB | compute (ms) | raw allreduce (ms) | step (ms) | "
+                  "step / max(compute, raw) | cycles per step | full negotiations | idle cycle (us) |\n");
+      std::printf("| %s | %d | %zu | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %llu | %.1f |\n", model.c_str(),
+                  raw->size(), sizes.size(), static_cast<double>(total) * 4 / (1 << 20), compute_only, raw_median,
+                  step_ms, step_ms / std::max(compute_only, raw_median),
+                  static_cast<double>(after.cycles - before.cycles) / (3 + steps),
+                  static_cast<unsigned long long>(after.full_negotiations - before.full_negotiations), us_per_cycle);
+    }
+    engine.shutdown();
+    raw->barrier();
+    return 0;
+  } catch (const hora::Error& e) {
+    std::fprintf(stderr, "engine-bench: %s\n", e.what());
+    return 3;
+  }
+}
