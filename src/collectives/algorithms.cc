@@ -114,7 +114,7 @@ void recursiveDoublingAllreduce(Context& ctx, const std::byte* send, std::byte* 
                                 DataType type, const AllreduceOptions& o) {
   const int n = ctx.transport.size(), r = ctx.transport.rank();
   const size_t bytes = count * dataTypeSize(type);
-  if (send != recv) std::memcpy(recv, send, bytes);
+  if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
   std::byte* incoming = scratchOf(ctx, bytes);
   auto exchange = [&](int peer, bool give, bool take) {
     std::vector<Transfer> xs;
@@ -160,7 +160,7 @@ void ringAllgather(Context& ctx, const std::byte* send, std::byte* recv,
                    std::span<const size_t> counts, DataType type) {
   const RingPlan p = planRing(ctx.transport, counts, type);
   std::byte* own = recv + p.segOffset(p.r);
-  if (send != own) std::memmove(own, send, p.segBytes(p.r));
+  if (send != own && p.segBytes(p.r) > 0) std::memmove(own, send, p.segBytes(p.r));
   std::vector<Transfer> xs;
   xs.reserve(2 * static_cast<size_t>(p.n));
   size_t prev_recv = SIZE_MAX;
@@ -215,7 +215,8 @@ void pairwiseAlltoall(Context& ctx, const std::byte* send, std::span<const size_
   const auto ur = static_cast<size_t>(r);
   // In place is not supported by the API; blocks may still overlap if the caller aliases, so
   // memmove.
-  std::memmove(recv + roff[ur] * elem, send + soff[ur] * elem, send_counts[ur] * elem);
+  if (send_counts[ur] > 0)
+    std::memmove(recv + roff[ur] * elem, send + soff[ur] * elem, send_counts[ur] * elem);
   std::vector<Transfer> xs;
   xs.reserve(2 * static_cast<size_t>(n));
   for (int s = 1; s < n; ++s) {

@@ -240,14 +240,19 @@ bool Runtime::cycle() {
     }
   }
   delta.negotiation_seconds = std::chrono::duration<double>(Clock::now() - started).count();
-  delta.fused_allreduces = execute(ready);
   {
+    // Counted before execution completes any handle, so a caller that saw its request finish
+    // also sees the negotiation that decided it.
     std::lock_guard lock(mutex_);
     stats_.cycles += delta.cycles;
     stats_.full_negotiations += delta.full_negotiations;
     stats_.cached_responses += delta.cached_responses;
-    stats_.fused_allreduces += delta.fused_allreduces;
     stats_.negotiation_seconds += delta.negotiation_seconds;
+  }
+  const uint64_t fused = execute(ready);
+  {
+    std::lock_guard lock(mutex_);
+    stats_.fused_allreduces += fused;
   }
   for (auto& r : ready) {
     if (!r.error.empty() || std::find(fully_negotiated.begin(), fully_negotiated.end(), r.name) ==
