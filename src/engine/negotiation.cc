@@ -179,6 +179,7 @@ std::pair<int, int> ResponseCache::insert(Response r) {
     free = evicted = oldest;
   }
   by_name_[r.name] = free;
+  high_water_ = std::max(high_water_, free + 1);
   slots_[static_cast<size_t>(free)].response = std::move(r);
   touch(free);
   return {free, evicted};

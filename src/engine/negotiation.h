@@ -71,6 +71,8 @@ class ResponseCache {
  public:
   explicit ResponseCache(int capacity);
   int capacity() const { return static_cast<int>(slots_.size()); }
+  // One past the highest slot ever used: the control vector needs no more bytes than this.
+  int highWater() const { return high_water_; }
   // The slot holding `name` if rank `rank`'s fields in it equal `mine`; -1 otherwise.
   int find(const std::string& name, int rank, const RequestMeta& mine) const;
   int slotOf(const std::string& name) const;
@@ -88,6 +90,7 @@ class ResponseCache {
   std::vector<Slot> slots_;
   std::map<std::string, int> by_name_;
   uint64_t clock_ = 0;
+  int high_water_ = 0;
 };
 
 }  // namespace hora::engine

@@ -180,7 +180,9 @@ bool Runtime::cycle() {
   }
   admit(std::move(fresh));
 
-  const int slots = cache_.capacity();
+  // The cache is the same on every rank, so its high-water mark agrees too: bytes beyond it
+  // would always be 0.
+  const int slots = cache_.highWater();
   std::vector<uint8_t> control(static_cast<size_t>(slots) + 2, 0);
   for (const auto& [slot, name] : cached_waiting_) control[static_cast<size_t>(slot)] = 1;
   control[static_cast<size_t>(slots)] = to_announce_.empty() && dup_announce_.empty() ? 1 : 0;
