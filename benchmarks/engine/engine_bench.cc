@@ -116,9 +116,11 @@ int main(int argc, char** argv) {
       }
       for (auto& h : handles) h.wait();
     };
+    hora::EngineStats before;  // after the warm-up steps of the last timeSteps
     auto timeSteps = [&](bool communicate) {
       std::vector<double> ms;
       for (int i = 0; i < 3 + steps; ++i) {
+        if (i == 3) before = engine.stats();
         raw->barrier();
         const auto t0 = Clock::now();
         step(communicate);
@@ -129,7 +131,6 @@ int main(int argc, char** argv) {
       return median(ms);
     };
     const double compute_only = timeSteps(false);
-    const hora::EngineStats before = engine.stats();
     const double step_ms = timeSteps(true);
     const hora::EngineStats after = engine.stats();
 
@@ -141,11 +142,11 @@ int main(int argc, char** argv) {
                                 static_cast<double>(std::max<uint64_t>(1, idle1.cycles - idle0.cycles));
     if (lead) {
       std::printf("| model | ranks | tensors | MiB | compute (ms) | raw allreduce (ms) | step (ms) | "
-                  "step / max(compute, raw) | cycles per step | full negotiations | idle cycle (us) |\n");
+                  "step / max(compute, raw) | cycles per step | full negotiations after warm-up | idle cycle (us) |\n");
       std::printf("| %s | %d | %zu | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %llu | %.1f |\n", model.c_str(),
                   raw->size(), sizes.size(), static_cast<double>(total) * 4 / (1 << 20), compute_only, raw_median,
                   step_ms, step_ms / std::max(compute_only, raw_median),
-                  static_cast<double>(after.cycles - before.cycles) / (3 + steps),
+                  static_cast<double>(after.cycles - before.cycles) / steps,
                   static_cast<unsigned long long>(after.full_negotiations - before.full_negotiations), us_per_cycle);
     }
     engine.shutdown();
