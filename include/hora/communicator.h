@@ -22,6 +22,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "hora/export.h"
@@ -85,6 +86,11 @@ class HORA_API Communicator {
 
   // Returns when every rank has entered barrier().
   void barrier();
+
+  // How a collective of this many bytes would run, for timelines and logs: "ring over tcp",
+  // "recursive doubling over tcp", "local" for a single rank. `collective` is "allreduce",
+  // "allgather", "broadcast", "reducescatter" or "alltoall".
+  std::string algorithmFor(std::string_view collective, size_t bytes) const;
 
  private:
   explicit Communicator(std::unique_ptr<detail::CommunicatorImpl> impl);

@@ -82,6 +82,9 @@ struct HORA_API EngineOptions {
   int cache_capacity = 1024;                  // HORA_CACHE_CAPACITY
   std::chrono::seconds stall_check{60};       // HORA_STALL_CHECK_TIME_SECONDS (0 = off)
   std::chrono::seconds stall_shutdown{0};     // HORA_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
+  std::string timeline;                       // HORA_TIMELINE: a trace file, empty = off
+  bool timeline_mark_cycles = false;          // HORA_TIMELINE_MARK_CYCLES
+  bool timeline_all_ranks = false;            // HORA_TIMELINE_ALL_RANKS: a file per rank
   static EngineOptions fromEnvironment();
 };
 
@@ -114,6 +117,11 @@ class HORA_API Engine {
   void shutdown();
 
   EngineStats stats() const;
+
+  // Starts (or restarts, in a new file) and stops the timeline at run time; they take effect at
+  // the next cycle. Only rank 0 records unless all_ranks is set.
+  void startTimeline(const std::string& path, bool mark_cycles = false, bool all_ranks = false);
+  void stopTimeline();
 
  private:
   std::unique_ptr<engine::Runtime> runtime_;

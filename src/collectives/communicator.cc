@@ -309,6 +309,19 @@ std::vector<size_t> Communicator::exchangeCounts(std::span<const size_t> counts)
   return received;
 }
 
+std::string Communicator::algorithmFor(std::string_view collective, size_t bytes) const {
+  if (size() == 1) return "local";
+  const bool small = bytes <= impl_->options().ring_threshold_bytes;
+  std::string algorithm = "ring";
+  if (collective == "allreduce" && small)
+    algorithm = "recursive doubling";
+  else if (collective == "broadcast")
+    algorithm = small ? "binomial tree" : "chain";
+  else if (collective == "alltoall")
+    algorithm = "pairwise";
+  return algorithm + " over tcp";
+}
+
 void Communicator::barrier() {
   impl_->checkUsable();
   if (size() == 1) return;

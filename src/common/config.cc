@@ -69,6 +69,9 @@ EngineOptions engineOptionsFrom(const Env& env) {
   o.cache_capacity = static_cast<int>(env.getInt("HORA_CACHE_CAPACITY", 0, 1 << 20));
   o.stall_check = std::chrono::seconds(env.getInt("HORA_STALL_CHECK_TIME_SECONDS", 0, 1 << 30));
   o.stall_shutdown = std::chrono::seconds(env.getInt("HORA_STALL_SHUTDOWN_TIME_SECONDS", 0, 1 << 30));
+  o.timeline = env.getString("HORA_TIMELINE");
+  o.timeline_mark_cycles = env.getBool("HORA_TIMELINE_MARK_CYCLES");
+  o.timeline_all_ranks = env.getBool("HORA_TIMELINE_ALL_RANKS");
   return o;
 }
 

@@ -50,6 +50,13 @@ constexpr KnobSpec kKnobs[] = {
      "did not, naming the missing ranks; 0 = never."},
     {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", G::kTuning, "0",
      "Reserved: stall shutdown is not implemented yet (the engine issue)."},
+    {"HORA_TIMELINE", "HOROVOD_TIMELINE", G::kTuning, "",
+     "Write a Chrome trace-event timeline of the engine to this file (chrome://tracing, Perfetto)."},
+    {"HORA_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", G::kTuning, "0",
+     "1 = mark the start of every engine cycle in the timeline."},
+    {"HORA_TIMELINE_ALL_RANKS", "", G::kTuning, "0",
+     "1 = every rank writes its own timeline (the file name gets .rank<N>), so the slow rank "
+     "shows; 0 = rank 0 only, as Horovod."},
     {"HORA_CHUNK_BYTES", "", G::kTuning, "256K",
      "Pipelining unit: received data is reduced and forwarded in chunks of this size."},
     {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, "",

@@ -44,11 +44,13 @@ std::string validate(const std::string& name, const std::vector<RequestMeta>& by
   const Collective op = by_rank[0].op;
   d = disagreement(by_rank, [](const RequestMeta& m) { return std::string(toString(m.type)); });
   if (!d.empty()) return mismatch("data types", d);
+  // Allgather and alltoall allow the first dimension to differ: compare "[*, d1, d2...]".
   const bool ragged = op == Collective::kAllgather || op == Collective::kAlltoall;
   d = disagreement(by_rank, [&](const RequestMeta& m) {
-    if (!ragged) return shapeText(m.shape);
-    auto rest = m.shape.empty() ? m.shape : std::vector<int64_t>(m.shape.begin() + 1, m.shape.end());
-    return "[*" + shapeText(rest).substr(1).insert(0, rest.empty() ? "" : ", ");
+    if (!ragged || m.shape.empty()) return shapeText(m.shape);
+    std::string text = "[*";
+    for (size_t i = 1; i < m.shape.size(); ++i) text += ", " + std::to_string(m.shape[i]);
+    return text + "]";
   });
   if (!d.empty()) return mismatch(ragged ? "shapes (beyond the first dimension)" : "shapes", d);
   if (op == Collective::kAllreduce || op == Collective::kReducescatter) {

@@ -1,5 +1,6 @@
 #include "engine/runtime.h"
 
+#include <cctype>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -91,8 +92,50 @@ constexpr size_t kFuseBelowBytes = 1 << 20;
 Runtime::Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& options)
     : comm_(std::move(comm)), options_(options), rank_(comm_->rank()), size_(comm_->size()),
       table_(size_), cache_(options.cache_capacity) {
+  if (!options.timeline.empty())
+    timeline_request_ = TimelineRequest{options.timeline, options.timeline_mark_cycles, options.timeline_all_ranks};
+  applyTimelineRequest();  // before the thread starts: a bad path fails the constructor
   thread_ = std::thread([this] { loop(); });
 }
+
+void Runtime::startTimeline(const std::string& path, bool mark_cycles, bool all_ranks) {
+  std::lock_guard lock(mutex_);
+  timeline_request_ = TimelineRequest{path, mark_cycles, all_ranks};
+}
+
+void Runtime::stopTimeline() {
+  std::lock_guard lock(mutex_);
+  timeline_request_ = TimelineRequest{};
+}
+
+void Runtime::applyTimelineRequest() {
+  std::optional<TimelineRequest> request;
+  {
+    std::lock_guard lock(mutex_);
+    request.swap(timeline_request_);
+  }
+  if (!request) return;
+  timeline_.reset();  // closes the previous file
+  if (request->path.empty() || (rank_ != 0 && !request->all_ranks)) return;
+  timeline_ = std::make_unique<Timeline>(timelinePathFor(request->path, rank_, request->all_ranks), rank_,
+                                         request->mark_cycles);
+}
+
+void Runtime::traceBegin(const std::string& name, std::string_view event, std::string_view args) {
+  if (timeline_) timeline_->begin(name, event, args);
+}
+
+void Runtime::traceEnd(const std::string& name) {
+  if (timeline_) timeline_->end(name);
+}
+
+namespace {
+std::string upper(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
+}  // namespace
 
 Runtime::~Runtime() { shutdown(); }
 
@@ -155,6 +198,7 @@ void Runtime::admit(std::vector<Local> fresh) {
       duplicates_.push_back(std::move(l));
       continue;
     }
+    traceBegin(name, "NEGOTIATE_" + upper(toString(l.meta.op)));
     const int slot = cache_.find(name, rank_, l.meta);
     if (slot >= 0) cached_waiting_[slot] = name;
     else to_announce_.push_back(name);
@@ -171,6 +215,8 @@ bool Runtime::cycle() {
   const auto started = Clock::now();
   EngineStats delta;
   delta.cycles = 1;
+  applyTimelineRequest();
+  if (timeline_) timeline_->cycleStart();
   std::vector<Local> fresh;
   bool stopping;
   {
@@ -233,6 +279,7 @@ bool Runtime::cycle() {
             cached_waiting_.erase(it);
           }
         }
+        if (timeline_ && !m.duplicate) timeline_->mark(m.name, "rank " + std::to_string(r) + " ready");
         table_.add(r, std::move(m), now);
       }
     }
@@ -250,6 +297,11 @@ bool Runtime::cycle() {
     stats_.full_negotiations += delta.full_negotiations;
     stats_.cached_responses += delta.cached_responses;
     stats_.negotiation_seconds += delta.negotiation_seconds;
+  }
+  for (const auto& r : ready) {
+    if (!in_flight_.count(r.name)) continue;
+    traceEnd(r.name);  // NEGOTIATE
+    if (r.error.empty()) traceBegin(r.name, "QUEUE");
   }
   const uint64_t fused = execute(ready);
   {
@@ -327,28 +379,42 @@ void Runtime::executeAllreduceGroup(const std::vector<const Response*>& group) {
   const RequestMeta& first = group[0]->metas[0];
   const AllreduceOptions o{first.reduce_op, first.prescale, first.postscale};
   const size_t elem = dataTypeSize(first.type);
+  size_t total = 0;
+  for (const Response* r : group) total += static_cast<size_t>(r->metas[0].elements());
+  std::string args;
+  if (timeline_) {
+    args = "{\"algorithm\":\"" + comm_->algorithmFor("allreduce", total * elem) +
+           "\",\"bytes\":" + std::to_string(total * elem) + ",\"tensors\":" + std::to_string(group.size()) + "}";
+    for (const Response* r : group) traceEnd(r->name);  // QUEUE
+  }
   if (group.size() == 1) {
     Local& l = in_flight_.at(first.name);
-    comm_->allreduce(l.request.input, l.request.output, static_cast<size_t>(first.elements()), first.type, o);
+    traceBegin(first.name, "ALLREDUCE", args);
+    comm_->allreduce(l.request.input, l.request.output, total, first.type, o);
+    traceEnd(first.name);
     finish(first.name, nullptr, l.meta.shape);
     return;
   }
-  size_t total = 0;
-  for (const Response* r : group) total += static_cast<size_t>(r->metas[0].elements());
   if (fusion_.size() < total * elem) fusion_.resize(total * elem);
   size_t offset = 0;
   for (const Response* r : group) {
     const Local& l = in_flight_.at(r->name);
     const size_t bytes = static_cast<size_t>(l.meta.elements()) * elem;
+    traceBegin(r->name, "MEMCPY_IN_FUSION_BUFFER");
     if (bytes) std::memcpy(fusion_.data() + offset, l.request.input, bytes);
+    traceEnd(r->name);
     offset += bytes;
   }
+  for (const Response* r : group) traceBegin(r->name, "ALLREDUCE", args);
   comm_->allreduce(fusion_.data(), fusion_.data(), total, first.type, o);
+  for (const Response* r : group) traceEnd(r->name);
   offset = 0;
   for (const Response* r : group) {
     Local& l = in_flight_.at(r->name);
     const size_t bytes = static_cast<size_t>(l.meta.elements()) * elem;
+    traceBegin(r->name, "MEMCPY_OUT_FUSION_BUFFER");
     if (bytes) std::memcpy(l.request.output, fusion_.data() + offset, bytes);
+    traceEnd(r->name);
     offset += bytes;
     finish(r->name, nullptr, l.meta.shape);
   }
@@ -359,6 +425,13 @@ void Runtime::executeOne(const Response& r, Local& mine) {
   const size_t row = static_cast<size_t>(m.rowElements());
   const size_t elem = dataTypeSize(m.type);
   std::vector<int64_t> shape = m.shape;
+  if (timeline_) {
+    const size_t bytes = static_cast<size_t>(m.elements()) * elem;
+    traceEnd(m.name);  // QUEUE
+    traceBegin(m.name, upper(toString(m.op)),
+               "{\"algorithm\":\"" + comm_->algorithmFor(toString(m.op), bytes) + "\",\"bytes\":" +
+                   std::to_string(bytes) + "}");
+  }
   switch (m.op) {
     case Collective::kAllreduce:
       break;  // executed by executeAllreduceGroup
@@ -417,6 +490,7 @@ void Runtime::executeOne(const Response& r, Local& mine) {
       break;
     }
   }
+  traceEnd(m.name);
   finish(m.name, nullptr, shape);
 }
 
@@ -474,6 +548,10 @@ Handle Engine::enqueue(Request request, std::function<void(std::exception_ptr)> 
   return runtime_->enqueue(std::move(request), std::move(done));
 }
 void Engine::shutdown() { runtime_->shutdown(); }
+void Engine::startTimeline(const std::string& path, bool mark_cycles, bool all_ranks) {
+  runtime_->startTimeline(path, mark_cycles, all_ranks);
+}
+void Engine::stopTimeline() { runtime_->stopTimeline(); }
 EngineStats Engine::stats() const { return runtime_->stats(); }
 
 }  // namespace hora

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/negotiation.h"
+#include "engine/timeline.h"
 #include "hora/engine.h"
 #include "hora/errors.h"
 
@@ -40,6 +41,8 @@ class Runtime {
   Handle enqueue(Request request, std::function<void(std::exception_ptr)> done);
   void shutdown();
   EngineStats stats() const;
+  void startTimeline(const std::string& path, bool mark_cycles, bool all_ranks);
+  void stopTimeline();
 
  private:
   // A request of this rank, from enqueue until its response ran.
@@ -60,6 +63,10 @@ class Runtime {
   void finish(const std::string& name, std::exception_ptr error, std::vector<int64_t> shape = {});
   void failEverything(std::exception_ptr error);
   void warnStalls();
+  void applyTimelineRequest();
+  // Timeline helpers: no-ops without a timeline.
+  void traceBegin(const std::string& name, std::string_view event, std::string_view args = {});
+  void traceEnd(const std::string& name);
 
   std::unique_ptr<Communicator> comm_;
   const EngineOptions options_;
@@ -71,6 +78,11 @@ class Runtime {
   bool stopping_ = false;
   std::exception_ptr fatal_;
   EngineStats stats_;
+  struct TimelineRequest {
+    std::string path;  // empty: stop
+    bool mark_cycles = false, all_ranks = false;
+  };
+  std::optional<TimelineRequest> timeline_request_;  // applied by the engine thread
 
   // Engine thread only:
   std::map<std::string, Local> in_flight_;   // by name
@@ -82,6 +94,7 @@ class Runtime {
   ResponseCache cache_;
   std::vector<std::byte> fusion_;
   std::map<std::string, PendingTable::Clock::time_point> stall_warned_;
+  std::unique_ptr<Timeline> timeline_;
 
   std::thread thread_;  // last: starts after everything above exists
 };
