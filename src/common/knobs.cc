@@ -49,7 +49,8 @@ constexpr KnobSpec kKnobs[] = {
      "After this many seconds rank 0 warns about tensors that some ranks submitted and others "
      "did not, naming the missing ranks; 0 = never."},
     {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", G::kTuning, "0",
-     "Reserved: stall shutdown is not implemented yet (the engine issue)."},
+     "After this many seconds of a stall the job fails on every rank with an error naming the "
+     "tensors and the missing ranks; 0 = never."},
     {"HORA_TIMELINE", "HOROVOD_TIMELINE", G::kTuning, "",
      "Write a Chrome trace-event timeline of the engine to this file (chrome://tracing, Perfetto)."},
     {"HORA_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", G::kTuning, "0",

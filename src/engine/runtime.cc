@@ -229,12 +229,28 @@ bool Runtime::cycle() {
   // The cache is the same on every rank, so its high-water mark agrees too: bytes beyond it
   // would always be 0.
   const int slots = cache_.highWater();
-  std::vector<uint8_t> control(static_cast<size_t>(slots) + 2, 0);
+  std::vector<uint8_t> control(static_cast<size_t>(slots) + 3, 0);
   for (const auto& [slot, name] : cached_waiting_) control[static_cast<size_t>(slot)] = 1;
   control[static_cast<size_t>(slots)] = to_announce_.empty() && dup_announce_.empty() ? 1 : 0;
   control[static_cast<size_t>(slots) + 1] = stopping ? 0 : 1;
+  // Stall shutdown is decided by the first rank whose clock passes the limit; the Min tells
+  // everyone in the same cycle.
+  const bool stall_limit = options_.stall_shutdown.count() > 0 &&
+                           !table_.stalled(Clock::now(), options_.stall_shutdown).empty();
+  control[static_cast<size_t>(slots) + 2] = stall_limit ? 0 : 1;
   comm_->allreduce(control.data(), control.data(), control.size(), DataType::kUInt8, {ReduceOp::kMin});
 
+  if (control[static_cast<size_t>(slots) + 2] == 0) {
+    // The table is the same everywhere, so every rank names the same tensors and ranks.
+    std::string what;
+    for (const auto& st : table_.stalled(Clock::now(), std::chrono::seconds(0))) {
+      std::string missing;
+      for (int m : st.missing) missing += (missing.empty() ? "" : ", ") + std::to_string(m);
+      what += "\n  tensor '" + st.name + "' is missing on ranks [" + missing + "]";
+    }
+    throw TimeoutError("stall shutdown: some tensors waited longer than HORA_STALL_SHUTDOWN_TIME_SECONDS=" +
+                       std::to_string(options_.stall_shutdown.count()) + " s for other ranks" + what);
+  }
   std::vector<Response> ready;
   for (int slot = 0; slot < slots; ++slot) {
     if (!control[static_cast<size_t>(slot)]) continue;

@@ -452,6 +452,36 @@ TEST(Engine, StallInspectorNamesTheMissingRanks) {
   EXPECT_NE(outcomes[0].output.find("still missing on ranks [1]"), std::string::npos) << outcomes[0].output;
 }
 
+HORA_WORKER_SCENARIO(engine_stall_shutdown) {
+  Engine e(Communicator::fromEnvironment(), EngineOptions::fromEnvironment());
+  float x = 1;
+  Request q;
+  q.name = "never.on.rank.1";
+  q.shape = {1};
+  q.input = q.output = &x;
+  try {
+    if (e.identity().rank == 1) {
+      std::this_thread::sleep_for(4s);  // never submits; its engine keeps cycling
+      q.name = "something.else";
+    }
+    e.enqueue(q).wait(30s);
+    return 0;
+  } catch (const TimeoutError& err) {
+    std::printf("ERROR: %s\n", err.what());
+    return 10 + static_cast<int>(ErrorKind::kTimeout);
+  }
+}
+
+TEST(Engine, StallShutdownFailsEveryRankNamingTensorAndRanks) {
+  ProcessJob job(3, "engine_stall_shutdown", {{"HORA_STALL_SHUTDOWN_TIME_SECONDS", "1"}});
+  const auto outcomes = job.wait(60s);
+  for (int r = 0; r < 3; ++r) {
+    const auto& o = outcomes[static_cast<size_t>(r)];
+    EXPECT_EQ(o.exit_code, 10 + static_cast<int>(ErrorKind::kTimeout)) << o.output;
+    EXPECT_NE(o.output.find("tensor 'never.on.rank.1' is missing on ranks [1]"), std::string::npos) << o.output;
+  }
+}
+
 HORA_WORKER_SCENARIO(engine_fused_steps) {
   Engine e(Communicator::fromEnvironment(), EngineOptions::fromEnvironment());
   std::vector<std::vector<float>> ts(50, std::vector<float>(20000, 1.0f));
