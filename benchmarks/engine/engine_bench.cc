@@ -134,22 +134,41 @@ int main(int argc, char** argv) {
     const double step_ms = timeSteps(true);
     const hora::EngineStats after = engine.stats();
 
-    // Idle cycles: the steady-state negotiation cost (one control allreduce per cycle).
-    const auto idle0 = engine.stats();
-    std::this_thread::sleep_for(std::chrono::milliseconds(500));
-    const auto idle1 = engine.stats();
-    const double us_per_cycle = (idle1.negotiation_seconds - idle0.negotiation_seconds) * 1e6 /
-                                static_cast<double>(std::max<uint64_t>(1, idle1.cycles - idle0.cycles));
+    engine.shutdown();
+    // The steady-state negotiation cost: an idle engine with HORA_CYCLE_TIME=0 runs cycles back
+    // to back in lockstep with the other ranks, each one control allreduce over the response
+    // cache (primed with this model's names) plus its bookkeeping.
+    double us_per_cycle = 0;
+    {
+      hora::EngineOptions busy = hora::EngineOptions::fromEnvironment();
+      busy.cycle_time = std::chrono::microseconds(0);
+      hora::Engine spinning(hora::Communicator::fromEnvironment(), busy);
+      std::vector<hora::Handle> handles;
+      for (size_t k = 0; k < sizes.size(); ++k) {
+        hora::Request q;
+        q.name = "grad." + std::to_string(k);
+        q.shape = {1};
+        q.input = q.output = grads[k].data();
+        handles.push_back(spinning.enqueue(std::move(q)));
+      }
+      for (auto& h : handles) h.wait();
+      const auto c0 = spinning.stats().cycles;
+      const auto t0 = Clock::now();
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      const auto c1 = spinning.stats().cycles;
+      us_per_cycle = std::chrono::duration<double, std::micro>(Clock::now() - t0).count() /
+                     static_cast<double>(std::max<uint64_t>(1, c1 - c0));
+      raw->barrier();
+    }
     if (lead) {
       std::printf("| model | ranks | tensors | MiB | compute (ms) | raw allreduce (ms) | step (ms) | "
-                  "step / max(compute, raw) | cycles per step | full negotiations after warm-up | idle cycle (us) |\n");
+                  "step / max(compute, raw) | cycles per step | full negotiations after warm-up | steady cycle (us) |\n");
       std::printf("| %s | %d | %zu | %.1f | %.1f | %.1f | %.1f | %.2f | %.1f | %llu | %.1f |\n", model.c_str(),
                   raw->size(), sizes.size(), static_cast<double>(total) * 4 / (1 << 20), compute_only, raw_median,
                   step_ms, step_ms / std::max(compute_only, raw_median),
                   static_cast<double>(after.cycles - before.cycles) / steps,
                   static_cast<unsigned long long>(after.full_negotiations - before.full_negotiations), us_per_cycle);
     }
-    engine.shutdown();
     raw->barrier();
     return 0;
   } catch (const hora::Error& e) {

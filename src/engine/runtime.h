@@ -53,8 +53,9 @@ class Runtime {
   };
 
   void loop();
-  // One negotiation round and the execution of what it decided; false when the job shuts down.
-  bool cycle();
+  enum class CycleResult { kIdle, kWorked, kStop };
+  // One negotiation round and the execution of what it decided.
+  CycleResult cycle();
   void admit(std::vector<Local> fresh);
   // Runs the ready responses; returns how many fused allreduces it ran.
   uint64_t execute(std::vector<Response>& ready);
