@@ -142,6 +142,7 @@ int main(int argc, char** argv) {
     {
       hora::EngineOptions busy = hora::EngineOptions::fromEnvironment();
       busy.cycle_time = std::chrono::microseconds(0);
+      busy.timeline.clear();  // the timeline file belongs to the engine above
       hora::Engine spinning(hora::Communicator::fromEnvironment(), busy);
       std::vector<hora::Handle> handles;
       for (size_t k = 0; k < sizes.size(); ++k) {
