@@ -9,6 +9,7 @@
 
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
+#include "collectives/flight_recorder.h"
 #include "collectives/reduce.h"
 #include "common/config.h"
 #include "common/logging.h"
@@ -102,17 +103,21 @@ class CommunicatorImpl {
   // Runs one collective: numbers it, and turns the first failure into a broken communicator
   // whose error carries the other ranks' reports (Note [failure reports]).
   template <typename Body>
-  void collective(collectives::OpKind kind, std::string_view name, Body body) {
+  void collective(collectives::OpKind kind, std::string_view name, size_t bytes, Body body) {
     if (broken_) rethrowAs(*broken_);
     collectives::Context ctx{*transport_, {++sequence_, static_cast<uint8_t>(kind), name},
                              common::Deadline::after(options_.timeout), scratch_};
+    recorder_.start(sequence_, name, bytes);
     try {
       body(ctx);
+      recorder_.finish(sequence_);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInvalidArgument || e.kind() == ErrorKind::kInternal) throw;
       collectives::FailureReportOptions report{rank(), size(), prefix_, std::chrono::milliseconds(500),
                                                [this](int r) { return transport_->describePeer(r); }};
-      const std::string message = "rank " + std::to_string(rank()) + ": " + e.what();
+      const std::string message = "rank " + std::to_string(rank()) + ": " + e.what() +
+                                  "\n    rank " + std::to_string(rank()) + "'s last collectives: " +
+                                  recorder_.describe();
       broken_.emplace(e.kind(), collectives::reportFailure(*store_, report, message, true));
       HORA_LOG(error, "{}", broken_->what());
       rethrowAs(*broken_);
@@ -141,6 +146,7 @@ class CommunicatorImpl {
   std::unique_ptr<rendezvous::TcpStore> store_;
   std::unique_ptr<transport::tcp::TcpTransport> transport_;
   uint32_t sequence_ = 0;
+  collectives::FlightRecorder recorder_;
   std::vector<std::byte> scratch_;
   std::vector<std::byte> prescaled_;
   std::optional<Error> broken_;
@@ -200,7 +206,7 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
     collectives::finalize(type, o.op, out, in, count, 1, o.postscale);
     return;
   }
-  impl_->collective(OpKind::kAllreduce, op, [&](collectives::Context& ctx) {
+  impl_->collective(OpKind::kAllreduce, op, bytes, [&](collectives::Context& ctx) {
     if (bytes <= impl_->options().ring_threshold_bytes || count < static_cast<size_t>(size()))
       collectives::recursiveDoublingAllreduce(ctx, in, out, count, type, o);
     else
@@ -227,7 +233,7 @@ void Communicator::allgather(const void* send, size_t send_count, void* recv,
     if (send_count > 0 && in != out) std::memmove(out, in, send_count * dataTypeSize(type));
     return;
   }
-  impl_->collective(OpKind::kAllgather, op, [&](collectives::Context& ctx) {
+  impl_->collective(OpKind::kAllgather, op, total * dataTypeSize(type), [&](collectives::Context& ctx) {
     collectives::ringAllgather(ctx, in, out, recv_counts, type);
   });
 }
@@ -241,7 +247,7 @@ void Communicator::broadcast(void* buffer, size_t count, DataType type, int root
   const size_t bytes = checkedBytes(op, count, type);
   impl_->checkUsable();
   if (size() == 1 || count == 0) return;
-  impl_->collective(OpKind::kBroadcast, op, [&](collectives::Context& ctx) {
+  impl_->collective(OpKind::kBroadcast, op, bytes, [&](collectives::Context& ctx) {
     collectives::broadcast(ctx, static_cast<std::byte*>(buffer), bytes, root,
                            impl_->options().ring_threshold_bytes);
   });
@@ -270,7 +276,7 @@ void Communicator::reducescatter(const void* send, void* recv, std::span<const s
     collectives::finalize(type, o.op, out, in, total, 1, o.postscale);
     return;
   }
-  impl_->collective(OpKind::kReducescatter, op, [&](collectives::Context& ctx) {
+  impl_->collective(OpKind::kReducescatter, op, bytes, [&](collectives::Context& ctx) {
     collectives::ringReduceScatter(ctx, in, out, recv_counts, type, o);
   });
 }
@@ -294,7 +300,7 @@ void Communicator::alltoall(const void* send, std::span<const size_t> send_count
     if (send_total > 0 && send != recv) std::memmove(recv, send, send_total * dataTypeSize(type));
     return;
   }
-  impl_->collective(OpKind::kAlltoall, op, [&](collectives::Context& ctx) {
+  impl_->collective(OpKind::kAlltoall, op, send_total * dataTypeSize(type), [&](collectives::Context& ctx) {
     collectives::pairwiseAlltoall(ctx, static_cast<const std::byte*>(send), send_counts,
                                   static_cast<std::byte*>(recv), recv_counts, type);
   });
@@ -325,7 +331,7 @@ std::string Communicator::algorithmFor(std::string_view collective, size_t bytes
 void Communicator::barrier() {
   impl_->checkUsable();
   if (size() == 1) return;
-  impl_->collective(OpKind::kBarrier, "barrier",
+  impl_->collective(OpKind::kBarrier, "barrier", 0,
                     [&](collectives::Context& ctx) { collectives::disseminationBarrier(ctx); });
 }
 

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "collectives/flight_recorder.h"
 #include "harness.h"
 #include "hora/errors.h"
 
@@ -82,6 +83,9 @@ TEST(Faults, SigstopOneRankOthersTimeOutNamingIt) {
     EXPECT_TRUE(code == static_cast<int>(ErrorKind::kTimeout) || code == static_cast<int>(ErrorKind::kPeer))
         << "rank " << r << " exit " << o.exit_code << ":\n" << o.output;
     expectNamed(o, r, "rank 1");
+    // The flight recorder: where this rank and the reporting ranks were.
+    EXPECT_NE(o.output.find("'s last collectives: #"), std::string::npos) << o.output;
+    EXPECT_NE(o.output.find("allreduce 4194304 B running for"), std::string::npos) << o.output;
     if (r == 0) std::printf("rank 0 reported:\n%s\n", o.output.c_str());
   }
 }
@@ -108,6 +112,19 @@ TEST(Processes, TwoCommunicatorsInOneJobKeepApart) {
   for (int r = 0; r < 3; ++r)
     EXPECT_EQ(outcomes[static_cast<size_t>(r)].exit_code, 0) << "rank " << r << ":\n"
                                                               << outcomes[static_cast<size_t>(r)].output;
+}
+
+TEST(FlightRecorder, KeepsTheLastCollectivesInOrder) {
+  collectives::FlightRecorder f;
+  EXPECT_EQ(f.describe(), "none");
+  for (uint32_t s = 1; s <= 10; ++s) {
+    f.start(s, s % 2 ? "allreduce" : "broadcast", s * 100);
+    if (s < 10) f.finish(s);
+  }
+  const std::string d = f.describe();
+  EXPECT_EQ(d.find("#1 "), std::string::npos) << d;  // only the last 8 are kept
+  EXPECT_EQ(d.rfind("#3 allreduce 300 B done in ", 0), 0u) << d;
+  EXPECT_NE(d.find("#10 broadcast 1000 B running for"), std::string::npos) << d;
 }
 
 }  // namespace
