@@ -32,8 +32,12 @@ CommunicatorOptions testOptions() {
   return o;
 }
 
-std::vector<std::string> runThreadsCollectErrors(int size, const std::function<void(Communicator&)>& fn,
-                                                 const CommunicatorOptions& options) {
+namespace {
+
+// Runs fn(rank's communicator) on `size` threads sharing one in-process store; returns each
+// rank's exception message ("" when it returned normally).
+std::vector<std::string> runRanks(int size, const CommunicatorOptions& options,
+                                  const std::function<void(std::unique_ptr<Communicator>)>& fn) {
   rendezvous::TcpStoreServer store("127.0.0.1", 0, kTestSecret);
   const std::string prefix = "job" + std::to_string(job_counter++) + "/";
   std::vector<std::string> errors(static_cast<size_t>(size));
@@ -47,12 +51,11 @@ std::vector<std::string> runThreadsCollectErrors(int size, const std::function<v
         id.local_rank = r;
         id.local_size = size;
         id.hostname = "localhost";
-        RendezvousOptions rv{"127.0.0.1", store.port(), kTestSecret, prefix};
-        auto comm = Communicator::create(id, rv, options);
-        fn(*comm);
+        fn(Communicator::create(id, {"127.0.0.1", store.port(), kTestSecret, prefix}, options));
       } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-        if (errors[static_cast<size_t>(r)].empty()) errors[static_cast<size_t>(r)] = "(empty message)";
+        auto& slot = errors[static_cast<size_t>(r)];
+        slot = e.what();
+        if (slot.empty()) slot = "(empty message)";
       }
     });
   }
@@ -60,31 +63,19 @@ std::vector<std::string> runThreadsCollectErrors(int size, const std::function<v
   return errors;
 }
 
+}  // namespace
+
+std::vector<std::string> runThreadsCollectErrors(int size, const std::function<void(Communicator&)>& fn,
+                                                 const CommunicatorOptions& options) {
+  return runRanks(size, options, [&](std::unique_ptr<Communicator> comm) { fn(*comm); });
+}
+
 std::vector<std::string> runEngines(int size, const std::function<void(Engine&)>& fn,
                                     const EngineOptions& options, const CommunicatorOptions& comm_options) {
-  rendezvous::TcpStoreServer store("127.0.0.1", 0, kTestSecret);
-  const std::string prefix = "engine" + std::to_string(job_counter++) + "/";
-  std::vector<std::string> errors(static_cast<size_t>(size));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        Identity id;
-        id.rank = r;
-        id.size = size;
-        id.local_rank = r;
-        id.local_size = size;
-        id.hostname = "localhost";
-        RendezvousOptions rv{"127.0.0.1", store.port(), kTestSecret, prefix};
-        Engine engine(Communicator::create(id, rv, comm_options), options);
-        fn(engine);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(r)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  return errors;
+  return runRanks(size, comm_options, [&](std::unique_ptr<Communicator> comm) {
+    Engine engine(std::move(comm), options);
+    fn(engine);
+  });
 }
 
 void runThreads(int size, const std::function<void(Communicator&)>& fn,
