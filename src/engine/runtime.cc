@@ -273,47 +273,7 @@ Runtime::CycleResult Runtime::cycle() {
   std::vector<std::string> fully_negotiated;
   if (control[static_cast<size_t>(slots)] == 0) {
     ++delta.full_negotiations;
-    std::vector<uint8_t> mine;
-    std::set<std::string> announced;
-    for (const auto& name : to_announce_) {
-      // A name may have been queued twice (evicted from the cache, then announced) or have
-      // finished meanwhile (failed by an error response): announce what is in flight, once.
-      auto it = in_flight_.find(name);
-      if (it != in_flight_.end() && announced.insert(name).second) encode(it->second.meta, mine);
-    }
-    for (const auto& m : dup_announce_) encode(m, mine);
-    to_announce_.clear();
-    dup_announce_.clear();
-    const std::vector<size_t> one(static_cast<size_t>(size_), 1);
-    std::vector<int64_t> lengths(static_cast<size_t>(size_));
-    const int64_t my_length = static_cast<int64_t>(mine.size());
-    comm_->allgather(&my_length, 1, lengths.data(), one, DataType::kInt64);
-    std::vector<size_t> counts(lengths.begin(), lengths.end());
-    std::vector<uint8_t> all(std::accumulate(counts.begin(), counts.end(), size_t{0}) + 1);
-    comm_->allgather(mine.data(), mine.size(), all.data(), counts, DataType::kUInt8);
-    const auto now = Clock::now();
-    size_t offset = 0;
-    for (int r = 0; r < size_; ++r) {
-      const auto metas = decodeAll({all.data() + offset, counts[static_cast<size_t>(r)]});
-      offset += counts[static_cast<size_t>(r)];
-      for (auto m : metas) {
-        // A name negotiated afresh leaves the cache on every rank; a rank that submitted it
-        // through the cache announces it again next cycle.
-        if (const int slot = cache_.slotOf(m.name); slot >= 0) {
-          cache_.erase(slot);
-          if (auto it = cached_waiting_.find(slot); it != cached_waiting_.end()) {
-            to_announce_.push_back(it->second);
-            cached_waiting_.erase(it);
-          }
-        }
-        if (timeline_ && !m.duplicate) timeline_->mark(m.name, "rank " + std::to_string(r) + " ready");
-        table_.add(r, std::move(m), now);
-      }
-    }
-    for (auto& r : table_.takeReady()) {
-      if (r.error.empty()) fully_negotiated.push_back(r.name);
-      ready.push_back(std::move(r));
-    }
+    negotiateInFull(ready, fully_negotiated);
   }
   delta.negotiation_seconds = std::chrono::duration<double>(Clock::now() - started).count();
   {
@@ -350,6 +310,52 @@ Runtime::CycleResult Runtime::cycle() {
   warnStalls();
   if (control[static_cast<size_t>(slots) + 1] == 0) return CycleResult::kStop;
   return ready.empty() ? CycleResult::kIdle : CycleResult::kWorked;
+}
+
+// Exchanges the requests not served by the cache and applies them to the replicated table;
+// appends what became ready (and the names decided in full, for the cache) to the lists.
+void Runtime::negotiateInFull(std::vector<Response>& ready, std::vector<std::string>& fully_negotiated) {
+  std::vector<uint8_t> mine;
+  std::set<std::string> announced;
+  for (const auto& name : to_announce_) {
+    // A name may have been queued twice (evicted from the cache, then announced) or have
+    // finished meanwhile (failed by an error response): announce what is in flight, once.
+    auto it = in_flight_.find(name);
+    if (it != in_flight_.end() && announced.insert(name).second) encode(it->second.meta, mine);
+  }
+  for (const auto& m : dup_announce_) encode(m, mine);
+  to_announce_.clear();
+  dup_announce_.clear();
+  const std::vector<size_t> one(static_cast<size_t>(size_), 1);
+  std::vector<int64_t> lengths(static_cast<size_t>(size_));
+  const int64_t my_length = static_cast<int64_t>(mine.size());
+  comm_->allgather(&my_length, 1, lengths.data(), one, DataType::kInt64);
+  std::vector<size_t> counts(lengths.begin(), lengths.end());
+  std::vector<uint8_t> all(std::accumulate(counts.begin(), counts.end(), size_t{0}) + 1);
+  comm_->allgather(mine.data(), mine.size(), all.data(), counts, DataType::kUInt8);
+  const auto now = Clock::now();
+  size_t offset = 0;
+  for (int r = 0; r < size_; ++r) {
+    const auto metas = decodeAll({all.data() + offset, counts[static_cast<size_t>(r)]});
+    offset += counts[static_cast<size_t>(r)];
+    for (auto m : metas) {
+      // A name negotiated afresh leaves the cache on every rank; a rank that submitted it
+      // through the cache announces it again next cycle.
+      if (const int slot = cache_.slotOf(m.name); slot >= 0) {
+        cache_.erase(slot);
+        if (auto it = cached_waiting_.find(slot); it != cached_waiting_.end()) {
+          to_announce_.push_back(it->second);
+          cached_waiting_.erase(it);
+        }
+      }
+      if (timeline_ && !m.duplicate) timeline_->mark(m.name, "rank " + std::to_string(r) + " ready");
+      table_.add(r, std::move(m), now);
+    }
+  }
+  for (auto& r : table_.takeReady()) {
+    if (r.error.empty()) fully_negotiated.push_back(r.name);
+    ready.push_back(std::move(r));
+  }
 }
 
 uint64_t Runtime::execute(std::vector<Response>& ready) {

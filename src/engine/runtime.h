@@ -57,6 +57,7 @@ class Runtime {
   // One negotiation round and the execution of what it decided.
   CycleResult cycle();
   void admit(std::vector<Local> fresh);
+  void negotiateInFull(std::vector<Response>& ready, std::vector<std::string>& fully_negotiated);
   // Runs the ready responses; returns how many fused allreduces it ran.
   uint64_t execute(std::vector<Response>& ready);
   void executeAllreduceGroup(const std::vector<const Response*>& group);
