@@ -36,7 +36,8 @@ std::vector<std::string> normalizeArgs(int argc, char** argv) {
     if (args[i] == "-np") args[i] = "--num-proc";
     if (args[i].empty() || args[i][0] != '-') break;  // the command starts here
     const bool takes_value = args[i] == "--num-proc" || args[i] == "-n" || args[i] == "-x" ||
-                             args[i] == "--export" || args[i] == "--grace-seconds";
+                             args[i] == "--export" || args[i] == "--grace-seconds" ||
+                             args[i] == "--output-filename";
     if (takes_value) ++i;
   }
   return args;
@@ -52,11 +53,14 @@ int main(int argc, char** argv) {
   std::vector<std::string> command;
   std::vector<std::string> exports;
   double grace_seconds = 3;
+  std::string output_dir;
   app.add_option("-n,--num-proc", np, "Number of ranks to start (-np works too)");
   app.add_option("-x,--export", exports, "Set VAR=value (or pass VAR through) for every rank; repeatable")
       ->allow_extra_args(false);  // one value per -x: the command follows
   app.add_option("--grace-seconds", grace_seconds, "After a rank fails, seconds between SIGTERM and SIGKILL for the others")
       ->check(CLI::Range(0.0, 3600.0));
+  app.add_option("--output-filename", output_dir,
+                 "Also write each rank's output to DIR/rank.<N>/stdout and DIR/rank.<N>/stderr");
   app.add_flag("--verbose", verbose, "Print what horarun does");
   bool knobs_markdown = false;
   app.add_flag("--knobs-markdown", knobs_markdown, "Print the table of HORA_* variables (docs/knobs.md) and exit");
@@ -108,7 +112,7 @@ int main(int argc, char** argv) {
                 << " ranks: " << command[0] << "\n";
     hora::launcher::installForwardingSignalHandlers();
     hora::launcher::WorkerSet workers(
-        std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000)));
+        std::chrono::milliseconds(static_cast<int64_t>(grace_seconds * 1000)), output_dir);
     const std::string host = localHostname();
     for (int rank = 0; rank < np; ++rank) {
       hora::launcher::WorkerSpec spec;

@@ -8,7 +8,6 @@
 #include <csignal>
 #include <cstring>
 #include <stdexcept>
-#include <thread>
 
 extern char** environ;
 
@@ -61,10 +60,13 @@ void WorkerSet::start(const WorkerSpec& spec) {
   const std::string not_found = "horarun: rank " + std::to_string(spec.rank) +
                                 ": cannot execute '" + spec.argv[0] + "': ";
 
+  auto [out, err] = output_.addWorker(spec.rank);
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
+    ::dup2(out.get(), 1);
+    ::dup2(err.get(), 2);
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &dfl, nullptr);
@@ -105,7 +107,7 @@ void WorkerSet::stopAll() {
       }
       break;
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    output_.pump(std::chrono::milliseconds(10));  // their last words, and the grace period's pace
   }
   running_.clear();
 }
@@ -113,22 +115,21 @@ void WorkerSet::stopAll() {
 JobResult WorkerSet::wait() {
   JobResult result;
   while (!running_.empty()) {
-    int status = 0;
-    const pid_t pid = ::waitpid(-1, &status, 0);
-    if (pid < 0) {
-      if (errno == EINTR && pending_signal != 0) {
-        const int sig = pending_signal;
-        pending_signal = 0;
-        signalAll(sig);  // forward; the workers' exits end the job below
-        if (result.failed_rank < 0) {
-          result.reason = std::string("horarun received signal ") + strsignal(sig);
-          result.exit_code = 128 + sig;
-        }
-        continue;
+    // Output first: a worker blocked on a full pipe would never exit.
+    output_.pump(std::chrono::milliseconds(50));
+    if (pending_signal != 0) {
+      const int sig = pending_signal;
+      pending_signal = 0;
+      signalAll(sig);  // forward; the workers' exits end the job below
+      if (result.failed_rank < 0) {
+        result.reason = std::string("horarun received signal ") + strsignal(sig);
+        result.exit_code = 128 + sig;
       }
-      if (errno == EINTR) continue;
-      break;
     }
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid == 0 || (pid < 0 && errno == EINTR)) continue;
+    if (pid < 0) break;
     auto it = running_.find(pid);
     if (it == running_.end()) continue;
     const int rank = it->second;
@@ -142,6 +143,8 @@ JobResult WorkerSet::wait() {
       stopAll();
     }
   }
+  // What the workers wrote last; a grandchild that keeps a pipe open cannot hold horarun long.
+  output_.drain(std::chrono::seconds(1));
   return result;
 }
 

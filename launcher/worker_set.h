@@ -2,6 +2,7 @@
 // job ends.
 //
 // Each worker runs in its own process group, so stopping a worker also stops what it started.
+// Its stdout and stderr reach horarun's line by line, prefixed with its rank (OutputForwarder).
 // wait() returns when every worker exited successfully, or when the first one failed; in that
 // case the others get SIGTERM, then SIGKILL after `grace`. Signals that horarun receives
 // (SIGINT, SIGTERM) are forwarded to every worker. Single-threaded: call from main() only.
@@ -13,6 +14,8 @@
 #include <map>
 #include <string>
 #include <vector>
+
+#include "launcher/output_forwarder.h"
 
 namespace hora::launcher {
 
@@ -30,7 +33,8 @@ struct JobResult {
 
 class WorkerSet {
  public:
-  explicit WorkerSet(std::chrono::milliseconds grace) : grace_(grace) {}
+  WorkerSet(std::chrono::milliseconds grace, std::string output_dir = {})
+      : grace_(grace), output_(std::move(output_dir)) {}
   ~WorkerSet();  // kills whatever still runs
 
   // Throws std::runtime_error when fork fails. A command that cannot be executed makes that
@@ -44,6 +48,7 @@ class WorkerSet {
 
   std::chrono::milliseconds grace_;
   std::map<pid_t, int> running_;  // pid -> rank
+  OutputForwarder output_;
 };
 
 // Installs handlers so that SIGINT/SIGTERM/SIGHUP interrupt WorkerSet::wait(), which forwards them.

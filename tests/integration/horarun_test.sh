@@ -13,10 +13,23 @@ trap 'rm -rf "$tmp"' EXIT
 
 "$horarun" -np 3 sh -c 'test "$HORA_SIZE" = 3 && test -n "$HORA_SECRET" && echo "r$HORA_RANK"' >"$tmp/out" 2>&1
 check "three ranks run with the HORA_* environment" $?
-[ "$(sort "$tmp/out" | tr '\n' ' ')" = "r0 r1 r2 " ]; check "each rank has its own HORA_RANK" $?
+[ "$(sort "$tmp/out" | tr '\n' ' ')" = "[0]<stdout>:r0 [1]<stdout>:r1 [2]<stdout>:r2 " ]
+check "each rank has its own HORA_RANK, and its output lines carry its rank" $?
 
 FROM_ENV=passed "$horarun" -np 2 -x GREETING=hello -x FROM_ENV sh -c 'echo "$GREETING $FROM_ENV -x"' >"$tmp/out" 2>&1
-[ "$(sort -u "$tmp/out")" = "hello passed -x" ]; check "-x sets and passes variables, and the command keeps its own arguments" $?
+[ "$(sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort -u)" = "hello passed -x" ]
+check "-x sets and passes variables, and the command keeps its own arguments" $?
+
+# Two ranks writing long lines at once: every line arrives whole, with its prefix.
+"$horarun" -np 2 sh -c 'i=0; while [ $i -lt 200 ]; do printf "%05000d\n" $HORA_RANK; i=$((i+1)); done; echo err-$HORA_RANK >&2; printf tail' \
+  >"$tmp/out" 2>"$tmp/err"
+[ "$(grep -c -E '^\[[01]\]<stdout>:0{4999}[01]$' "$tmp/out")" = 400 ] && [ "$(wc -l <"$tmp/out")" = 402 ]
+check "concurrent long lines of two ranks never interleave" $?
+grep -q '^\[1\]<stderr>:err-1$' "$tmp/err" && grep -q '^\[0\]<stdout>:tail$' "$tmp/out"
+check "stderr keeps its stream and prefix; a last line without newline is forwarded" $?
+"$horarun" -np 2 --output-filename "$tmp/logs" sh -c 'echo to-file-$HORA_RANK; echo e >&2' >/dev/null 2>&1
+[ "$(cat "$tmp/logs/rank.1/stdout")" = "to-file-1" ] && [ "$(cat "$tmp/logs/rank.0/stderr")" = "e" ]
+check "--output-filename writes DIR/rank.N/stdout and stderr" $?
 
 "$horarun" -np 3 sh -c 'if [ "$HORA_RANK" = 1 ]; then exit 7; fi; sleep 30' >"$tmp/out" 2>&1
 code=$?
