@@ -52,7 +52,15 @@ class HORA_API Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
+  // A new communicator over `members` (ascending ranks of this one, including this rank),
+  // connected through the same rendezvous store. Every member calls it with the same members and
+  // the same `key`, which must be unique among the splits of this communicator; non-members do
+  // not call it. Blocks until the members have connected or the timeout passes. Safe to call
+  // while another thread runs collectives on this communicator.
+  std::unique_ptr<Communicator> split(const std::vector<int>& members, const std::string& key) const;
+
   const Identity& identity() const;
+  const CommunicatorOptions& options() const;
   int rank() const { return identity().rank; }
   int size() const { return identity().size; }
 

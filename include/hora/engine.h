@@ -39,6 +39,8 @@ enum class Collective : uint8_t {
   kBroadcast = 2,
   kAlltoall = 3,
   kReducescatter = 4,
+  kJoin = 5,     // see Engine::join
+  kBarrier = 6,  // see Engine::barrier
 };
 
 // Allocates the output of a request whose shape is known only after negotiation (allgather,
@@ -57,6 +59,7 @@ struct Request {
   AllreduceOptions reduce;          // allreduce, reducescatter
   int root = 0;                     // broadcast
   std::vector<int64_t> splits;      // alltoall: rows of dimension 0 for each rank; empty = even
+  int process_set = 0;              // 0: every rank; otherwise an id from addProcessSet
 };
 
 class HORA_API Handle {
@@ -99,6 +102,7 @@ struct EngineStats {
 
 namespace engine {
 class Runtime;
+class ProcessSets;
 }
 
 class HORA_API Engine {
@@ -113,7 +117,28 @@ class HORA_API Engine {
   // Never blocks on other ranks. `done` (optional) runs on the engine thread at completion.
   Handle enqueue(Request request, std::function<void(std::exception_ptr)> done = {});
 
-  // Stops the background thread after agreeing with the other ranks; idempotent.
+  // This rank has no more data (Horovod's join). Until every rank of the process set has
+  // joined, the others' allreduces go on with zeros in place of this rank's tensors, and Average
+  // divides by the ranks that contributed; other collectives fail while a rank has joined. When
+  // the last rank joins the handle completes on every rank and *last_rank holds that rank (in
+  // the process set's numbering). last_rank must stay valid until then.
+  Handle join(int32_t* last_rank, int process_set = 0);
+  // Completes when every rank of the process set has called barrier().
+  Handle barrier(int process_set = 0);
+
+  // Process sets (Horovod's): sub-groups of ranks, each negotiating on its own thread and
+  // connections, so collectives of different sets never wait for each other. Set 0 holds every
+  // rank. addProcessSet is called by EVERY rank with the same ascending ranks, in the same order
+  // as the other ranks' calls; it returns the new set's id (the same on every rank) after the
+  // members have connected. A mismatch between ranks raises InvalidArgumentError everywhere.
+  int addProcessSet(std::vector<int> ranks);
+  // Called by every rank; pending requests of the set fail with ShutdownError.
+  void removeProcessSet(int id);
+  // The global ranks of a set (ascending); InvalidArgumentError for an unknown id.
+  std::vector<int> processSetRanks(int id) const;
+  std::vector<int> processSetIds() const;
+
+  // Stops the background threads after agreeing with the other ranks; idempotent.
   void shutdown();
 
   EngineStats stats() const;
@@ -124,7 +149,7 @@ class HORA_API Engine {
   void stopTimeline();
 
  private:
-  std::unique_ptr<engine::Runtime> runtime_;
+  std::unique_ptr<engine::ProcessSets> sets_;
 };
 
 }  // namespace hora

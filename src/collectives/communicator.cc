@@ -2,6 +2,7 @@
 // validate-then-enqueue path, minus the queue: the engine adds that).
 #include "hora/communicator.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -69,7 +70,7 @@ class CommunicatorImpl {
  public:
   CommunicatorImpl(const Identity& identity, const RendezvousOptions& rendezvous,
                    const CommunicatorOptions& options)
-      : identity_(identity), options_(options), prefix_(rendezvous.prefix) {
+      : identity_(identity), options_(options), rendezvous_(rendezvous) {
     if (identity_.size == 1 && identity_.derivesTopology()) identity_.deriveTopology({identity_.hostname});
     identity_.validate();
     if (options_.chunk_bytes < 16 || options_.chunk_bytes % 16 != 0)
@@ -86,7 +87,7 @@ class CommunicatorImpl {
     mesh.rank = identity_.rank;
     mesh.size = identity_.size;
     mesh.secret = rendezvous.secret;
-    mesh.key_prefix = prefix_;
+    mesh.key_prefix = rendezvous_.prefix;
     mesh.advertise_host =
         options_.iface.empty() ? store_->localHost() : common::interfaceAddress(options_.iface);
     auto peers = transport::tcp::connectMesh(mesh, *store_, deadline);
@@ -95,6 +96,7 @@ class CommunicatorImpl {
   }
 
   const Identity& identity() const { return identity_; }
+  const RendezvousOptions& rendezvous() const { return rendezvous_; }
   int size() const { return identity_.size; }
   int rank() const { return identity_.rank; }
   const CommunicatorOptions& options() const { return options_; }
@@ -113,7 +115,7 @@ class CommunicatorImpl {
       recorder_.finish(sequence_);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInvalidArgument || e.kind() == ErrorKind::kInternal) throw;
-      collectives::FailureReportOptions report{rank(), size(), prefix_, std::chrono::milliseconds(500),
+      collectives::FailureReportOptions report{rank(), size(), rendezvous_.prefix, std::chrono::milliseconds(500),
                                                [this](int r) { return transport_->describePeer(r); }};
       const std::string message = "rank " + std::to_string(rank()) + ": " + e.what() +
                                   "\n    rank " + std::to_string(rank()) + "'s last collectives: " +
@@ -133,16 +135,16 @@ class CommunicatorImpl {
  private:
   // Hosts are told apart by hostname: every rank publishes its own and reads all the others.
   void deriveTopology(const common::Deadline& deadline) {
-    store_->set(prefix_ + "host/" + std::to_string(rank()), identity_.hostname, deadline);
+    store_->set(rendezvous_.prefix + "host/" + std::to_string(rank()), identity_.hostname, deadline);
     std::vector<std::string> hostnames(static_cast<size_t>(size()));
     for (int r = 0; r < size(); ++r)
-      hostnames[static_cast<size_t>(r)] = store_->get(prefix_ + "host/" + std::to_string(r), deadline);
+      hostnames[static_cast<size_t>(r)] = store_->get(rendezvous_.prefix + "host/" + std::to_string(r), deadline);
     identity_.deriveTopology(hostnames);
   }
 
   Identity identity_;
   CommunicatorOptions options_;
-  std::string prefix_;
+  RendezvousOptions rendezvous_;
   std::unique_ptr<rendezvous::TcpStore> store_;
   std::unique_ptr<transport::tcp::TcpTransport> transport_;
   uint32_t sequence_ = 0;
@@ -185,6 +187,26 @@ Communicator::Communicator(std::unique_ptr<detail::CommunicatorImpl> impl) : imp
 Communicator::~Communicator() = default;
 
 const Identity& Communicator::identity() const { return impl_->identity(); }
+const CommunicatorOptions& Communicator::options() const { return impl_->options(); }
+
+std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members, const std::string& key) const {
+  const auto bad = [&](const std::string& why) { throw InvalidArgumentError("split '" + key + "': " + why); };
+  if (key.empty() || key.find('/') != std::string::npos) bad("the key must be non-empty and contain no '/'");
+  for (size_t i = 0; i < members.size(); ++i) {
+    if (members[i] < 0 || members[i] >= size()) bad("rank " + std::to_string(members[i]) + " is out of range");
+    if (i > 0 && members[i] <= members[i - 1]) bad("the members must be ascending and distinct");
+  }
+  const auto me = std::find(members.begin(), members.end(), rank());
+  if (me == members.end()) bad("rank " + std::to_string(rank()) + " is not a member");
+  Identity sub;
+  sub.rank = static_cast<int>(me - members.begin());
+  sub.size = static_cast<int>(members.size());
+  sub.hostname = identity().hostname;
+  sub.local_rank = sub.local_size = sub.cross_rank = sub.cross_size = Identity::kDerive;
+  RendezvousOptions rendezvous = impl_->rendezvous();
+  rendezvous.prefix += "split/" + key + "/";
+  return create(sub, rendezvous, options());
+}
 
 void Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
                              const AllreduceOptions& o) {

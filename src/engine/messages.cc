@@ -81,7 +81,10 @@ std::vector<RequestMeta> decodeAll(std::span<const uint8_t> bytes) {
   while (!in.done()) {
     RequestMeta m;
     m.name = in.string(in.get<uint32_t>());
-    m.op = static_cast<Collective>(in.get<uint8_t>());
+    const auto op = in.get<uint8_t>();
+    if (op > static_cast<uint8_t>(Collective::kBarrier))
+      throw InternalError("negotiation: unknown collective " + std::to_string(op) + " for '" + m.name + "'");
+    m.op = static_cast<Collective>(op);
     m.type = static_cast<DataType>(in.get<int32_t>());
     m.reduce_op = static_cast<ReduceOp>(in.get<int32_t>());
     m.prescale = in.get<double>();
@@ -104,6 +107,8 @@ std::string_view toString(Collective op) {
     case Collective::kBroadcast: return "broadcast";
     case Collective::kAlltoall: return "alltoall";
     case Collective::kReducescatter: return "reducescatter";
+    case Collective::kJoin: return "join";
+    case Collective::kBarrier: return "barrier";
   }
   return "unknown";
 }

@@ -84,6 +84,17 @@ std::string validate(const std::string& name, const std::vector<RequestMeta>& by
   return "";
 }
 
+void standIn(Response& r, std::vector<int> joined) {
+  const Collective op = r.metas[0].op;
+  if (r.error.empty() && op != Collective::kAllreduce && op != Collective::kBarrier) {
+    std::string ranks;
+    for (int x : joined) ranks += (ranks.empty() ? "" : ", ") + std::to_string(x);
+    r.error = "Tensor '" + r.name + "': " + std::string(toString(op)) + " cannot run while rank(s) " + ranks +
+              " have joined; only allreduce and barrier go on with joined ranks";
+  }
+  r.joined = std::move(joined);
+}
+
 void PendingTable::add(int rank, RequestMeta meta, Clock::time_point now) {
   auto [it, inserted] = entries_.try_emplace(meta.name);
   Entry& e = it->second;
@@ -96,16 +107,32 @@ void PendingTable::add(int rank, RequestMeta meta, Clock::time_point now) {
     e.duplicate_ranks.push_back(rank);
     return;
   }
+  if (meta.op == Collective::kJoin) {
+    joined_[static_cast<size_t>(rank)] = true;
+    last_joined_ = rank;
+  }
   auto& slot = e.by_rank[static_cast<size_t>(rank)];
   if (!slot) ++e.present;
   slot = std::move(meta);
 }
 
+std::vector<int> PendingTable::joined() const {
+  std::vector<int> out;
+  for (int r = 0; r < size_; ++r)
+    if (joined_[static_cast<size_t>(r)]) out.push_back(r);
+  return out;
+}
+
 std::vector<Response> PendingTable::takeReady() {
   std::vector<std::pair<uint64_t, Response>> ready;
+  bool join_done = false;
   for (auto it = entries_.begin(); it != entries_.end();) {
     Entry& e = it->second;
-    if (e.present < size_) {  // a duplicate too waits for every rank, so every rank fails
+    // Joined ranks that did not submit the name stand in for it (Note [join]).
+    std::vector<int> stand_ins;
+    for (int r = 0; r < size_; ++r)
+      if (joined_[static_cast<size_t>(r)] && !e.by_rank[static_cast<size_t>(r)]) stand_ins.push_back(r);
+    if (e.present == 0 || e.present + static_cast<int>(stand_ins.size()) < size_) {  // a duplicate too waits for every rank
       ++it;
       continue;
     }
@@ -119,11 +146,18 @@ std::vector<Response> PendingTable::takeReady() {
       continue;
     }
     Response r{it->first, {}, ""};
-    for (auto& m : e.by_rank) r.metas.push_back(std::move(*m));
+    const RequestMeta some = **std::find_if(e.by_rank.begin(), e.by_rank.end(), [](const auto& m) { return m.has_value(); });
+    for (auto& m : e.by_rank) r.metas.push_back(m ? std::move(*m) : some);
     r.error = validate(r.name, r.metas);
+    if (!stand_ins.empty()) standIn(r, std::move(stand_ins));
+    if (r.metas[0].op == Collective::kJoin) {
+      r.last_joined = last_joined_;
+      join_done = true;
+    }
     ready.push_back({e.arrival, std::move(r)});
     it = entries_.erase(it);
   }
+  if (join_done) std::fill(joined_.begin(), joined_.end(), false);
   std::sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   std::vector<Response> out;
   for (auto& [arrival, r] : ready) out.push_back(std::move(r));

@@ -23,7 +23,20 @@ struct Response {
   std::string name;
   std::vector<RequestMeta> metas;  // indexed by rank
   std::string error;               // non-empty: the request fails on every rank with this text
+  std::vector<int> joined;         // ranks that joined: they contribute zeros (Note [join])
+  int32_t last_joined = -1;        // a join's result: the last rank to join
 };
+
+// Note [join]: a rank that calls join has run out of data. The table counts it as present for
+// every allreduce (and barrier) the other ranks submit, and it takes part in those with zeros;
+// Average then divides by the ranks that contributed. Other collectives cannot be filled in
+// with zeros, so they fail while a rank has joined. When every rank has joined, the join
+// completes everywhere with the last rank to join and the joined set starts afresh. Since the
+// table is replicated, every rank knows the joined set at the same point of the same cycle.
+
+// Records that the joined ranks stand in for `r` (Note [join]); an error for collectives that
+// cannot go on with joined ranks.
+void standIn(Response& r, std::vector<int> joined);
 
 // "": the ranks agree; otherwise the MismatchError text naming the tensor, the field and ranks.
 std::string validate(const std::string& name, const std::vector<RequestMeta>& by_rank);
@@ -47,6 +60,9 @@ class PendingTable {
   // Removes every name some rank has not submitted and returns them as error responses.
   std::vector<Response> failIncomplete(const std::string& why);
   bool empty() const { return entries_.empty(); }
+  // Ranks that have joined and wait for the others (Note [join]), ascending.
+  std::vector<int> joined() const;
+  bool hasJoined(int rank) const { return joined_[static_cast<size_t>(rank)]; }
 
  private:
   struct Entry {
@@ -57,6 +73,8 @@ class PendingTable {
     int present = 0;
   };
   int size_;
+  std::vector<bool> joined_ = std::vector<bool>(static_cast<size_t>(size_), false);
+  int32_t last_joined_ = -1;
   uint64_t next_arrival_ = 0;
   std::map<std::string, Entry> entries_;
 };

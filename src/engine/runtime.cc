@@ -8,6 +8,7 @@
 #include <set>
 
 #include "common/logging.h"
+#include "engine/process_sets.h"
 #include "hora/errors.h"
 
 namespace hora {
@@ -141,14 +142,15 @@ std::string upper(std::string_view s) {
 
 Runtime::~Runtime() { shutdown(); }
 
-Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)> done) {
+Handle failedHandle(std::exception_ptr e, std::function<void(std::exception_ptr)> done) {
   auto state = std::make_shared<Handle::State>();
   state->callback = std::move(done);
-  Handle handle(state);
-  auto reject = [&](std::exception_ptr e) {
-    state->complete(e);
-    return handle;
-  };
+  state->complete(e);
+  return Handle(state);
+}
+
+Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)> done) {
+  auto reject = [&](std::exception_ptr e) { return failedHandle(e, std::move(done)); };
   if (request.name.empty())
     return reject(std::make_exception_ptr(InvalidArgumentError("enqueue: the request has no name")));
   RequestMeta meta = RequestMeta::of(request);
@@ -157,12 +159,26 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
   const bool fixed_output = request.op == Collective::kAllreduce || request.op == Collective::kBroadcast;
   if (fixed_output && meta.elements() > 0 && request.output == nullptr)
     return reject(std::make_exception_ptr(InvalidArgumentError("enqueue '" + request.name + "': output is null")));
-  if (!fixed_output && !request.allocate_output)
+  const bool allocated_output = request.op == Collective::kAllgather || request.op == Collective::kAlltoall ||
+                                request.op == Collective::kReducescatter;
+  if (allocated_output && !request.allocate_output)
     return reject(std::make_exception_ptr(InvalidArgumentError("enqueue '" + request.name +
                                                                "': this collective needs allocate_output")));
-  std::lock_guard lock(mutex_);
-  if (fatal_) return reject(fatal_);
-  if (stopping_) return reject(std::make_exception_ptr(ShutdownError("enqueue '" + request.name + "': the engine has shut down")));
+  if (request.op == Collective::kJoin && request.output == nullptr)
+    return reject(std::make_exception_ptr(InvalidArgumentError("join: the output for the last rank is null")));
+  std::unique_lock lock(mutex_);
+  if (fatal_) {
+    auto e = fatal_;
+    lock.unlock();
+    return reject(e);
+  }
+  if (stopping_) {
+    lock.unlock();
+    return reject(std::make_exception_ptr(ShutdownError("enqueue '" + request.name + "': the engine has shut down")));
+  }
+  auto state = std::make_shared<Handle::State>();
+  state->callback = std::move(done);
+  Handle handle(state);
   queue_.push_back({std::move(request), std::move(meta), state});
   wake_.notify_one();
   return handle;
@@ -242,6 +258,9 @@ Runtime::CycleResult Runtime::cycle() {
   const int slots = cache_.highWater();
   std::vector<uint8_t> control(static_cast<size_t>(slots) + 3, 0);
   for (const auto& [slot, name] : cached_waiting_) control[static_cast<size_t>(slot)] = 1;
+  // A rank that joined stands in for every cached name (Note [join]).
+  const std::vector<int> joined = table_.joined();
+  if (table_.hasJoined(rank_)) std::fill_n(control.begin(), slots, uint8_t{1});
   control[static_cast<size_t>(slots)] = to_announce_.empty() && dup_announce_.empty() ? 1 : 0;
   control[static_cast<size_t>(slots) + 1] = stopping ? 0 : 1;
   // Stall shutdown is decided by the first rank whose clock passes the limit; the Min tells
@@ -260,13 +279,15 @@ Runtime::CycleResult Runtime::cycle() {
       what += "\n  tensor '" + st.name + "' is missing on ranks [" + missing + "]";
     }
     throw TimeoutError("stall shutdown: some tensors waited longer than HORA_STALL_SHUTDOWN_TIME_SECONDS=" +
-                       std::to_string(options_.stall_shutdown.count()) + " s for other ranks" + what);
+                       std::to_string(options_.stall_shutdown.count()) + " s for other ranks" + what +
+                       "\n  rank " + std::to_string(rank_) + "'s last operations: " + recentOperations());
   }
   std::vector<Response> ready;
   for (int slot = 0; slot < slots; ++slot) {
     if (!control[static_cast<size_t>(slot)]) continue;
     cache_.touch(slot);
     ready.push_back(cache_.at(slot));
+    if (!joined.empty()) standIn(ready.back(), joined);
     ++delta.cached_responses;
     cached_waiting_.erase(slot);
   }
@@ -296,8 +317,9 @@ Runtime::CycleResult Runtime::cycle() {
     stats_.fused_allreduces += fused;
   }
   for (auto& r : ready) {
-    if (!r.error.empty() || std::find(fully_negotiated.begin(), fully_negotiated.end(), r.name) ==
-                                fully_negotiated.end())
+    // A response with stand-ins, or a join, is not what the next step will submit.
+    if (!r.error.empty() || !r.joined.empty() || r.metas[0].op == Collective::kJoin ||
+        std::find(fully_negotiated.begin(), fully_negotiated.end(), r.name) == fully_negotiated.end())
       continue;
     auto [slot, evicted] = cache_.insert(std::move(r));
     if (evicted >= 0) {
@@ -391,7 +413,7 @@ uint64_t Runtime::execute(std::vector<Response>& ready) {
         const auto& a = r.metas[0];
         const auto& b = n.metas[0];
         if (a.type != b.type || a.reduce_op != b.reduce_op || a.prescale != b.prescale ||
-            a.postscale != b.postscale)
+            a.postscale != b.postscale || r.joined != n.joined)
           break;
         const size_t more = static_cast<size_t>(b.elements()) * dataTypeSize(b.type);
         if (more >= kFuseBelowBytes || bytes + more > options_.fusion_threshold) break;
@@ -403,39 +425,51 @@ uint64_t Runtime::execute(std::vector<Response>& ready) {
       i = j;
       continue;
     }
-    executeOne(r, in_flight_.at(r.name));
+    executeOne(r);
     ++i;
   }
   return fused;
 }
 
 void Runtime::executeAllreduceGroup(const std::vector<const Response*>& group) {
-  const RequestMeta& first = group[0]->metas[0];
-  const AllreduceOptions o{first.reduce_op, first.prescale, first.postscale};
+  const Response& head = *group[0];
+  const RequestMeta& first = head.metas[static_cast<size_t>(rank_)];
+  AllreduceOptions o{first.reduce_op, first.prescale, first.postscale};
+  if (!head.joined.empty() && o.op == ReduceOp::kAverage) {
+    // The joined ranks' zeros are not data: average over the ranks that contributed.
+    o.op = ReduceOp::kSum;
+    o.postscale /= static_cast<double>(size_ - static_cast<int>(head.joined.size()));
+  }
   const size_t elem = dataTypeSize(first.type);
   size_t total = 0;
-  for (const Response* r : group) total += static_cast<size_t>(r->metas[0].elements());
+  for (const Response* r : group) total += static_cast<size_t>(r->metas[static_cast<size_t>(rank_)].elements());
   std::string args;
   if (timeline_) {
     args = "{\"algorithm\":\"" + comm_->algorithmFor("allreduce", total * elem) +
            "\",\"bytes\":" + std::to_string(total * elem) + ",\"tensors\":" + std::to_string(group.size()) + "}";
     for (const Response* r : group) traceEnd(r->name);  // QUEUE
   }
-  if (group.size() == 1) {
-    Local& l = in_flight_.at(first.name);
-    traceBegin(first.name, "ALLREDUCE", args);
+  // This rank's request, or null where it joined and stands in with zeros.
+  const auto mine = [&](const Response* r) -> Local* {
+    auto it = in_flight_.find(r->name);
+    return it == in_flight_.end() ? nullptr : &it->second;
+  };
+  if (group.size() == 1 && mine(&head)) {
+    Local& l = *mine(&head);
+    traceBegin(head.name, "ALLREDUCE", args);
     comm_->allreduce(l.request.input, l.request.output, total, first.type, o);
-    traceEnd(first.name);
-    finish(first.name, nullptr, l.meta.shape);
+    traceEnd(head.name);
+    finish(head.name, nullptr, l.meta.shape);
     return;
   }
   if (fusion_.size() < total * elem) fusion_.resize(total * elem);
   size_t offset = 0;
   for (const Response* r : group) {
-    const Local& l = in_flight_.at(r->name);
-    const size_t bytes = static_cast<size_t>(l.meta.elements()) * elem;
+    const size_t bytes = static_cast<size_t>(r->metas[static_cast<size_t>(rank_)].elements()) * elem;
+    const Local* l = mine(r);
     traceBegin(r->name, "MEMCPY_IN_FUSION_BUFFER");
-    if (bytes) std::memcpy(fusion_.data() + offset, l.request.input, bytes);
+    if (bytes && l) std::memcpy(fusion_.data() + offset, l->request.input, bytes);
+    else if (bytes) std::memset(fusion_.data() + offset, 0, bytes);
     traceEnd(r->name);
     offset += bytes;
   }
@@ -444,17 +478,26 @@ void Runtime::executeAllreduceGroup(const std::vector<const Response*>& group) {
   for (const Response* r : group) traceEnd(r->name);
   offset = 0;
   for (const Response* r : group) {
-    Local& l = in_flight_.at(r->name);
-    const size_t bytes = static_cast<size_t>(l.meta.elements()) * elem;
-    traceBegin(r->name, "MEMCPY_OUT_FUSION_BUFFER");
-    if (bytes) std::memcpy(l.request.output, fusion_.data() + offset, bytes);
-    traceEnd(r->name);
+    const size_t bytes = static_cast<size_t>(r->metas[static_cast<size_t>(rank_)].elements()) * elem;
+    Local* l = mine(r);
+    if (l) {
+      traceBegin(r->name, "MEMCPY_OUT_FUSION_BUFFER");
+      if (bytes) std::memcpy(l->request.output, fusion_.data() + offset, bytes);
+      traceEnd(r->name);
+      finish(r->name, nullptr, l->meta.shape);
+    }
     offset += bytes;
-    finish(r->name, nullptr, l.meta.shape);
   }
 }
 
-void Runtime::executeOne(const Response& r, Local& mine) {
+void Runtime::executeOne(const Response& r) {
+  auto found = in_flight_.find(r.name);
+  if (found == in_flight_.end()) {
+    // This rank joined: of the collectives that go on with joined ranks, only barrier is left.
+    if (r.metas[0].op == Collective::kBarrier) comm_->barrier();
+    return;
+  }
+  Local& mine = found->second;
   const RequestMeta& m = mine.meta;
   const size_t row = static_cast<size_t>(m.rowElements());
   const size_t elem = dataTypeSize(m.type);
@@ -469,6 +512,12 @@ void Runtime::executeOne(const Response& r, Local& mine) {
   switch (m.op) {
     case Collective::kAllreduce:
       break;  // executed by executeAllreduceGroup
+    case Collective::kJoin:
+      *static_cast<int32_t*>(mine.request.output) = r.last_joined;
+      break;
+    case Collective::kBarrier:
+      comm_->barrier();
+      break;
     case Collective::kBroadcast: {
       const size_t count = static_cast<size_t>(m.elements());
       if (mine.request.output != mine.request.input && count)
@@ -532,6 +581,12 @@ void Runtime::finish(const std::string& name, std::exception_ptr error, std::vec
   auto it = in_flight_.find(name);
   if (it == in_flight_.end()) return;
   auto state = it->second.state;
+  constexpr size_t kRecent = 8;
+  std::string record = "#" + std::to_string(++completed_) + " " + std::string(toString(it->second.meta.op)) +
+                       " '" + name + "'";
+  record += error ? " failed" : " ok";
+  recent_.push_back(std::move(record));
+  if (recent_.size() > kRecent) recent_.pop_front();
   in_flight_.erase(it);
   for (auto c = cached_waiting_.begin(); c != cached_waiting_.end(); ++c) {
     if (c->second == name) {
@@ -558,6 +613,12 @@ void Runtime::failEverything(std::exception_ptr error) {
   cached_waiting_.clear();
 }
 
+std::string Runtime::recentOperations() const {
+  std::string out;
+  for (const auto& r : recent_) out += (out.empty() ? "" : ", ") + r;
+  return out.empty() ? "none yet" : out;
+}
+
 void Runtime::warnStalls() {
   if (options_.stall_check.count() == 0 || rank_ != 0) return;
   const auto now = Clock::now();
@@ -567,25 +628,57 @@ void Runtime::warnStalls() {
     last = now;
     std::string missing;
     for (int r : s.missing) missing += (missing.empty() ? "" : ", ") + std::to_string(r);
-    HORA_LOG(warn, "Stalled tensor '{}': submitted by some ranks {} s ago, still missing on ranks [{}]",
-             s.name, s.waited.count(), missing);
+    HORA_LOG(warn, "Stalled tensor '{}': submitted by some ranks {} s ago, still missing on ranks [{}]; "
+             "rank {}'s last operations: {}", s.name, s.waited.count(), missing, rank_, recentOperations());
   }
 }
 
 }  // namespace engine
 
 Engine::Engine(std::unique_ptr<Communicator> comm, const EngineOptions& options)
-    : runtime_(std::make_unique<engine::Runtime>(std::move(comm), options)) {}
+    : sets_(std::make_unique<engine::ProcessSets>(std::move(comm), options)) {}
 Engine::~Engine() = default;
-const Identity& Engine::identity() const { return runtime_->identity(); }
+const Identity& Engine::identity() const { return sets_->world().identity(); }
+
 Handle Engine::enqueue(Request request, std::function<void(std::exception_ptr)> done) {
-  return runtime_->enqueue(std::move(request), std::move(done));
+  std::shared_ptr<engine::Runtime> runtime;
+  try {
+    runtime = sets_->runtimeOf(request.process_set);
+  } catch (const Error&) {
+    return engine::failedHandle(std::current_exception(), std::move(done));
+  }
+  return runtime->enqueue(std::move(request), std::move(done));
 }
-void Engine::shutdown() { runtime_->shutdown(); }
+
+Handle Engine::join(int32_t* last_rank, int process_set) {
+  Request r;
+  r.name = "hora.join";
+  r.op = Collective::kJoin;
+  r.type = DataType::kInt32;
+  r.shape = {0};
+  r.output = last_rank;
+  r.process_set = process_set;
+  return enqueue(std::move(r));
+}
+
+Handle Engine::barrier(int process_set) {
+  Request r;
+  r.name = "hora.barrier";
+  r.op = Collective::kBarrier;
+  r.shape = {0};
+  r.process_set = process_set;
+  return enqueue(std::move(r));
+}
+
+int Engine::addProcessSet(std::vector<int> ranks) { return sets_->add(std::move(ranks)); }
+void Engine::removeProcessSet(int id) { sets_->remove(id); }
+std::vector<int> Engine::processSetRanks(int id) const { return sets_->ranksOf(id); }
+std::vector<int> Engine::processSetIds() const { return sets_->ids(); }
+void Engine::shutdown() { sets_->shutdown(); }
 void Engine::startTimeline(const std::string& path, bool mark_cycles, bool all_ranks) {
-  runtime_->startTimeline(path, mark_cycles, all_ranks);
+  sets_->world().startTimeline(path, mark_cycles, all_ranks);
 }
-void Engine::stopTimeline() { runtime_->stopTimeline(); }
-EngineStats Engine::stats() const { return runtime_->stats(); }
+void Engine::stopTimeline() { sets_->world().stopTimeline(); }
+EngineStats Engine::stats() const { return sets_->world().stats(); }
 
 }  // namespace hora

@@ -32,12 +32,16 @@ struct Handle::State {
 
 namespace engine {
 
+// A handle that has already failed with `e` (after running `done`).
+Handle failedHandle(std::exception_ptr e, std::function<void(std::exception_ptr)> done = {});
+
 class Runtime {
  public:
   Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& options);
   ~Runtime();
 
   const Identity& identity() const { return comm_->identity(); }
+  const Communicator& communicator() const { return *comm_; }
   Handle enqueue(Request request, std::function<void(std::exception_ptr)> done);
   void shutdown();
   EngineStats stats() const;
@@ -61,10 +65,12 @@ class Runtime {
   // Runs the ready responses; returns how many fused allreduces it ran.
   uint64_t execute(std::vector<Response>& ready);
   void executeAllreduceGroup(const std::vector<const Response*>& group);
-  void executeOne(const Response& r, Local& mine);
+  void executeOne(const Response& r);
   void finish(const std::string& name, std::exception_ptr error, std::vector<int64_t> shape = {});
   void failEverything(std::exception_ptr error);
   void warnStalls();
+  // "#41 allreduce 'grad.3' ok, #42 ..." : this rank's last operations, for stall messages.
+  std::string recentOperations() const;
   void applyTimelineRequest();
   // Timeline helpers: no-ops without a timeline.
   void traceBegin(const std::string& name, std::string_view event, std::string_view args = {});
@@ -97,6 +103,9 @@ class Runtime {
   std::vector<std::byte> fusion_;
   std::map<std::string, PendingTable::Clock::time_point> stall_warned_;
   std::unique_ptr<Timeline> timeline_;
+  // Flight record: the last operations this rank completed, numbered in completion order.
+  std::deque<std::string> recent_;
+  uint64_t completed_ = 0;
 
   std::thread thread_;  // last: starts after everything above exists
 };

@@ -1,0 +1,45 @@
+// ProcessSets: the Engine's runtimes, one per process set this rank belongs to (set 0 = every
+// rank). Each set has its own communicator (split from the world's) and its own engine thread,
+// so collectives of different sets never queue behind each other.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "engine/runtime.h"
+
+namespace hora::engine {
+
+class ProcessSets {
+ public:
+  ProcessSets(std::unique_ptr<Communicator> world, const EngineOptions& options);
+  ~ProcessSets();
+
+  Runtime& world() { return *world_; }
+  // The runtime of set `id` for this rank; throws InvalidArgumentError for an unknown set or
+  // one this rank is not a member of.
+  std::shared_ptr<Runtime> runtimeOf(int id) const;
+  int add(std::vector<int> ranks);
+  void remove(int id);
+  std::vector<int> ranksOf(int id) const;
+  std::vector<int> ids() const;
+  void shutdown();
+
+ private:
+  struct Set {
+    std::vector<int> ranks;             // global ranks, ascending
+    std::shared_ptr<Runtime> runtime;   // null where this rank is not a member
+  };
+  // Every rank must call add/remove alike: an allreduce through set 0 checks that they agree.
+  void agree(const std::string& what, const std::vector<int64_t>& values);
+
+  const EngineOptions options_;
+  std::shared_ptr<Runtime> world_;
+  mutable std::mutex mutex_;  // guards sets_ and next_id_
+  std::map<int, Set> sets_;
+  int next_id_ = 1;
+};
+
+}  // namespace hora::engine
