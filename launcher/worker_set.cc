@@ -1,6 +1,7 @@
 #include "launcher/worker_set.h"
 
 #include <signal.h>
+#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -18,12 +19,11 @@ volatile std::sig_atomic_t pending_signal = 0;
 
 void onSignal(int sig) { pending_signal = sig; }
 
-std::string describeStatus(int rank, int status) {
-  if (WIFEXITED(status))
-    return "rank " + std::to_string(rank) + " exited with code " + std::to_string(WEXITSTATUS(status));
+std::string describeStatus(int rank, const std::string& host, int status) {
+  const std::string who = "rank " + std::to_string(rank) + " on host " + host;
+  if (WIFEXITED(status)) return who + " exited with code " + std::to_string(WEXITSTATUS(status));
   const int sig = WTERMSIG(status);
-  return "rank " + std::to_string(rank) + " was killed by signal " + std::to_string(sig) + " (" +
-         strsignal(sig) + ")";
+  return who + " was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
 }
 
 int exitCodeOf(int status) {
@@ -60,11 +60,15 @@ void WorkerSet::start(const WorkerSpec& spec) {
   const std::string not_found = "horarun: rank " + std::to_string(spec.rank) +
                                 ": cannot execute '" + spec.argv[0] + "': ";
 
+  int in[2] = {-1, -1};
+  if (!spec.stdin_data.empty() && ::pipe2(in, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
   auto [out, err] = output_.addWorker(spec.rank);
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
+    if (in[0] >= 0) ::dup2(in[0], 0);
     ::dup2(out.get(), 1);
     ::dup2(err.get(), 2);
     struct sigaction dfl {};
@@ -78,11 +82,29 @@ void WorkerSet::start(const WorkerSpec& spec) {
     ::_exit(127);
   }
   ::setpgid(pid, pid);  // also from the parent, so there is no race with signalAll
-  running_[pid] = spec.rank;
+  if (in[0] >= 0) {
+    ::close(in[0]);
+    // Small (a secret and a newline): fits the pipe's buffer, so this never blocks.
+    [[maybe_unused]] auto n = ::write(in[1], spec.stdin_data.data(), spec.stdin_data.size());
+  }
+  running_[pid] = {spec.rank, spec.host, in[1]};
+}
+
+bool WorkerSet::isRunning(int rank) const {
+  for (const auto& [pid, w] : running_)
+    if (w.rank == rank) return true;
+  return false;
+}
+
+void WorkerSet::forget(pid_t pid) {
+  auto it = running_.find(pid);
+  if (it == running_.end()) return;
+  if (it->second.stdin_fd >= 0) ::close(it->second.stdin_fd);
+  running_.erase(it);
 }
 
 void WorkerSet::signalAll(int sig) {
-  for (const auto& [pid, rank] : running_) ::kill(-pid, sig);
+  for (const auto& [pid, worker] : running_) ::kill(-pid, sig);
 }
 
 void WorkerSet::stopAll() {
@@ -94,7 +116,7 @@ void WorkerSet::stopAll() {
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid > 0) {
       ::kill(-pid, SIGKILL);  // whatever the worker left behind in its group
-      running_.erase(pid);
+      forget(pid);
       continue;
     }
     if (pid < 0 && errno == ECHILD) break;
@@ -103,20 +125,28 @@ void WorkerSet::stopAll() {
       while (!running_.empty()) {
         const pid_t p = ::waitpid(-1, &status, 0);
         if (p < 0 && errno != EINTR) break;
-        if (p > 0) running_.erase(p);
+        if (p > 0) forget(p);
       }
       break;
     }
     output_.pump(std::chrono::milliseconds(10));  // their last words, and the grace period's pace
   }
-  running_.clear();
+  while (!running_.empty()) forget(running_.begin()->first);
 }
 
-JobResult WorkerSet::wait() {
+JobResult WorkerSet::wait(const std::function<std::string()>& check) {
   JobResult result;
   while (!running_.empty()) {
     // Output first: a worker blocked on a full pipe would never exit.
     output_.pump(std::chrono::milliseconds(50));
+    if (check && result.failed_rank < 0 && result.exit_code == 0) {
+      if (std::string why = check(); !why.empty()) {
+        result.exit_code = 1;
+        result.reason = why;
+        stopAll();
+        break;
+      }
+    }
     if (pending_signal != 0) {
       const int sig = pending_signal;
       pending_signal = 0;
@@ -132,14 +162,15 @@ JobResult WorkerSet::wait() {
     if (pid < 0) break;
     auto it = running_.find(pid);
     if (it == running_.end()) continue;
-    const int rank = it->second;
-    running_.erase(it);
+    const int rank = it->second.rank;
+    const std::string host = it->second.host;
+    forget(pid);
     ::kill(-pid, SIGKILL);  // leftovers of a finished worker's process group
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && result.failed_rank < 0) {
       result.failed_rank = rank;
       result.exit_code = exitCodeOf(status);
-      result.reason = describeStatus(rank, status);
+      result.reason = describeStatus(rank, host, status);
       stopAll();
     }
   }

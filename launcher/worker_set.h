@@ -11,6 +11,7 @@
 #include <sys/types.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -21,14 +22,18 @@ namespace hora::launcher {
 
 struct WorkerSpec {
   int rank = 0;
+  std::string host;                        // where it runs, for messages
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  // added to (and overriding) horarun's environment
+  // Written to the worker's stdin, which then stays open until the worker ends (an ssh worker
+  // reads the job secret from it and stops when it closes). Empty: stdin is horarun's.
+  std::string stdin_data;
 };
 
 struct JobResult {
   int exit_code = 0;   // 0, the failed worker's exit code, or 128 + its signal
   int failed_rank = -1;
-  std::string reason;  // "rank 2 exited with code 3", "rank 1 was killed by signal 9 (Killed)"
+  std::string reason;  // "rank 2 on host a exited with code 3", "rank 1 on host a was killed by signal 9 (Killed)"
 };
 
 class WorkerSet {
@@ -40,14 +45,24 @@ class WorkerSet {
   // Throws std::runtime_error when fork fails. A command that cannot be executed makes that
   // worker exit with code 127 and a message naming the command.
   void start(const WorkerSpec& spec);
-  JobResult wait();
+  // `check` runs about every 50 ms; a non-empty answer fails the job with that reason (exit
+  // code 1), as a failed worker would.
+  JobResult wait(const std::function<std::string()>& check = {});
+  bool isRunning(int rank) const;
 
  private:
   void signalAll(int sig);
   void stopAll();
 
   std::chrono::milliseconds grace_;
-  std::map<pid_t, int> running_;  // pid -> rank
+  struct Running {
+    int rank;
+    std::string host;
+    int stdin_fd = -1;  // our end of its stdin pipe, or -1
+  };
+  void forget(pid_t pid);
+
+  std::map<pid_t, Running> running_;
   OutputForwarder output_;
 };
 

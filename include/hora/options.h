@@ -23,6 +23,7 @@ struct RendezvousOptions {
   int port = 0;                       // HORA_RENDEZVOUS_PORT
   std::string secret;                 // job secret (HORA_SECRET); never on a command line
   std::string prefix;                 // keys are prefixed, so one store can serve several jobs
+  std::string announce_key;           // set once connected, for the launcher's start timeout
 };
 
 struct CommunicatorOptions {

@@ -82,6 +82,7 @@ class CommunicatorImpl {
     const auto deadline = common::Deadline::after(options_.timeout);
     store_ = std::make_unique<rendezvous::TcpStore>(rendezvous.address, rendezvous.port,
                                                     rendezvous.secret, deadline);
+    if (!rendezvous.announce_key.empty()) store_->set(rendezvous.announce_key, identity_.hostname, deadline);
     if (identity_.derivesTopology()) deriveTopology(deadline);
     transport::tcp::MeshOptions mesh;
     mesh.rank = identity_.rank;
@@ -172,6 +173,7 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   // each its own keys in the job's store: a second communicator never reads the first's
   // addresses.
   static std::atomic<int> created{0};
+  rendezvous.announce_key = rendezvous.prefix + "started/" + std::to_string(identity.rank);
   rendezvous.prefix += "comm" + std::to_string(created++) + "/";
   return create(identity, rendezvous, options);
 }

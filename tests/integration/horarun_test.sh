@@ -34,13 +34,13 @@ check "--output-filename writes DIR/rank.N/stdout and stderr" $?
 "$horarun" -np 3 sh -c 'if [ "$HORA_RANK" = 1 ]; then exit 7; fi; sleep 30' >"$tmp/out" 2>&1
 code=$?
 [ "$code" = 7 ]; check "a failing rank's exit code is horarun's (got $code)" $?
-grep -q "rank 1 exited with code 7" "$tmp/out"; check "horarun names the failed rank" $?
+grep -q "rank 1 on host $(hostname) exited with code 7" "$tmp/out"; check "horarun names the failed rank and its host" $?
 
 start=$SECONDS
 "$horarun" -np 2 sh -c 'if [ "$HORA_RANK" = 0 ]; then kill -9 $$; fi; sleep 30' >"$tmp/out" 2>&1
 code=$?
 [ "$code" = 137 ] && [ $((SECONDS - start)) -lt 10 ]; check "a killed rank stops the job promptly (code $code)" $?
-grep -q "rank 0 was killed by signal 9" "$tmp/out"; check "horarun names the killed rank" $?
+grep -q "rank 0 on host .* was killed by signal 9" "$tmp/out"; check "horarun names the killed rank" $?
 
 "$horarun" -np 2 sh -c 'sleep 30' >"$tmp/out" 2>&1 &
 launcher=$!
@@ -84,6 +84,43 @@ HORA_TIMEOUT_SECONDS=soon "$horarun" -np 2 "$bench" allreduce -b 4 -e 4 >"$tmp/o
 docs=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../docs" && pwd)
 "$horarun" --knobs-markdown | diff - "$docs/knobs.md" >"$tmp/out" 2>&1
 check "docs/knobs.md is what the knob registry generates (regenerate: horarun --knobs-markdown > docs/knobs.md)" $?
+
+
+# Bad input: a clear message naming what is wrong, exit code 2, nothing left running.
+expect_refusal() {  # expect_refusal NAME PATTERN horarun-args...
+  local name=$1 pattern=$2; shift 2
+  "$horarun" "$@" >"$tmp/out" 2>&1; local code=$?
+  [ "$code" = 2 ] && grep -q -- "$pattern" "$tmp/out"; check "$name (code $code)" $?
+}
+expect_refusal "an unknown flag is named" "--frobnicate" --frobnicate -np 2 true
+expect_refusal "-np 0 is refused" "at least 1" -np 0 true
+expect_refusal "-np -3 is refused" "at least 1" -np -3 true
+expect_refusal "more ranks than slots is refused" "more ranks than the 3 slots" -np 4 -H localhost:3 true
+expect_refusal "a malformed -H entry is named" "slots must be a positive integer" -np 2 -H 'localhost:x' true
+expect_refusal "a host listed twice is refused" "listed twice" -np 2 -H localhost:1,localhost:1 true
+printf 'localhost slots=2\nbad line here\n' >"$tmp/hosts"
+expect_refusal "a malformed hostfile line is named with its number" "hosts line 2" -np 2 --hostfile "$tmp/hosts" true
+expect_refusal "an unresolvable host is named" "host 'no-such-host.invalid'" -np 2 -H localhost:1,no-such-host.invalid:1 true
+"$horarun" -np 2 no-such-command-hora >"$tmp/out" 2>&1; code=$?
+[ "$code" = 127 ] && grep -q "cannot execute 'no-such-command-hora'" "$tmp/out"; check "a command that is not found is named (code $code)" $?
+
+printf '# two local slots\nlocalhost slots=1\n127.0.0.1:2\n' >"$tmp/hosts"
+"$horarun" -np 3 --hostfile "$tmp/hosts" sh -c 'echo "$HORA_RANK $HORA_HOSTNAME $HORA_LOCAL_RANK/$HORA_LOCAL_SIZE $HORA_CROSS_RANK/$HORA_CROSS_SIZE"' >"$tmp/out" 2>&1
+[ "$(sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort | tr '\n' ';')" = "0 localhost 0/1 0/2;1 127.0.0.1 0/2 1/2;2 127.0.0.1 1/2 0/1;" ]
+check "a hostfile fills hosts in order, with local and cross ranks" $?
+
+start=$SECONDS
+"$horarun" -np 2 --start-timeout 2 sh -c 'if [ "$HORA_RANK" = 1 ]; then sleep 30; else '"$bench"' allreduce -b 4 -e 4 -n 1 -w 0; fi' >"$tmp/out" 2>&1
+code=$?
+[ "$code" != 0 ] && [ $((SECONDS - start)) -lt 15 ] && grep -q "rank 1 on host .* did not reach the rendezvous store within --start-timeout 2 s" "$tmp/out"
+check "a rank that never reaches the rendezvous fails the job in time, named with its host (code $code)" $?
+sleep 0.5
+! pgrep -f "sleep 30" >/dev/null; check "no worker is left after a start timeout" $?
+
+"$horarun" --check-build | grep -q "tcp"; check "--check-build lists the transports" $?
+"$horarun" -np 1 --timeline-filename /tmp/x.json --cycle-time-ms 2 --fusion-threshold-mb 1 --cache-capacity 8 --no-stall-check --log-level error \
+  sh -c 'echo "$HORA_TIMELINE $HORA_CYCLE_TIME $HORA_FUSION_THRESHOLD $HORA_CACHE_CAPACITY $HORA_STALL_CHECK_TIME_SECONDS $HORA_LOG_LEVEL"' >"$tmp/out" 2>&1
+grep -q "/tmp/x.json 2.000000 1048576 8 0 error" "$tmp/out"; check "knob flags set their HORA_* variables" $?
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

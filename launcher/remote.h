@@ -1,0 +1,38 @@
+// Remote hosts: telling local hosts from remote ones, the address remote hosts reach us at, and
+// the ssh command line that starts a worker on a remote host.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace hora::launcher {
+
+// "localhost", this machine's hostname, or a name that resolves to an address of one of this
+// host's interfaces (so that a network namespace recognises its own address).
+bool isLocalHost(const std::string& host);
+
+// The address of this host on the route to `host` (what a worker there can connect back to).
+// Throws InvalidArgumentError naming the host when it does not resolve or has no route.
+std::string addressToward(const std::string& host);
+
+struct SshOptions {
+  int port = 0;                    // -p; 0 = ssh's default
+  std::string identity_file;       // -i
+  std::chrono::seconds connect_timeout{30};
+};
+
+// argv that runs `command` on `host` through ssh, in directory `cwd`, with `env` exported. The
+// job secret is not in it: the remote side reads one line from stdin into HORA_SECRET, then
+// keeps watching stdin, and stops the command's process group (TERM, KILL after 2 s) when stdin
+// closes, which happens when ssh or horarun dies: no worker outlives its launcher. A command
+// that is not found there exits 127 with a message naming the host.
+std::vector<std::string> sshArgv(const std::string& host, const SshOptions& options, const std::string& cwd,
+                                 const std::map<std::string, std::string>& env,
+                                 const std::vector<std::string>& command);
+
+// The text to quote one argument for a POSIX shell.
+std::string shellQuote(const std::string& s);
+
+}  // namespace hora::launcher
