@@ -46,8 +46,9 @@ std::set<std::string> interfaceAddresses() {
 }
 
 // Runs on the remote host under `sh -c`: $1 is the working directory, then VAR=value words up
-// to "--", then the command. Job control (set -m) puts the command in its own process group,
-// which the stdin watcher stops when the launcher's end of the connection goes away.
+// to "--", then the command. setsid gives the command its own process group, which the stdin
+// watcher stops when the launcher's end of the connection goes away. (A background job of a
+// non-interactive shell reads /dev/null unless redirected: the watcher gets stdin as fd 3.)
 constexpr const char* kRemoteWrapper = R"SH(
 cd "$1" 2>/dev/null || { echo "horarun: cannot enter directory $1 on host $(hostname)" >&2; exit 127; }
 shift
@@ -56,14 +57,15 @@ export HORA_SECRET
 while [ "$1" != "--" ]; do export "$1"; shift; done
 shift
 command -v "$1" >/dev/null 2>&1 || { echo "horarun: command not found on host $HORA_HOSTNAME: $1" >&2; exit 127; }
-set -m
-"$@" </dev/null &
+exec 3<&0
+setsid "$@" </dev/null 3<&- &
 child=$!
-{ while read -r _; do :; done; kill -TERM -$child 2>/dev/null; sleep 2; kill -KILL -$child 2>/dev/null; } &
+{ while read -r _; do :; done; kill -TERM -$child 2>/dev/null; sleep 2; kill -KILL -$child 2>/dev/null; } <&3 &
 watcher=$!
+exec 3<&-
 wait $child
 code=$?
-kill -- -$watcher 2>/dev/null
+kill $watcher 2>/dev/null
 exit $code
 )SH";
 

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <fcntl.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,10 +65,15 @@ void WorkerSet::start(const WorkerSpec& spec) {
   if (!spec.stdin_data.empty() && ::pipe2(in, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
   auto [out, err] = output_.addWorker(spec.rank);
+  const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
+    // If horarun itself is killed, its workers must not live on (an ssh worker's death closes
+    // the connection, which stops the remote side too).
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(1);
     if (in[0] >= 0) ::dup2(in[0], 0);
     ::dup2(out.get(), 1);
     ::dup2(err.get(), 2);

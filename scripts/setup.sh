@@ -14,6 +14,8 @@ packages=(
   libssl-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
   # tests: GoogleTest, clang for the libFuzzer target, iproute2 for the namespace tests
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2 procps
+  # multi-host tests: hosts are network namespaces, each with its own sshd; MPICH for mpirun tests
+  openssh-server openssh-client mpich
   # python side and the comparison benchmarks (OpenMPI, torch.distributed with gloo)
   python3 python3-venv python3-numpy python3-matplotlib python3-torch
   libopenmpi-dev openmpi-bin

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# horarun across hosts, for real: hosts are network namespaces on a bridge with their own sshd
+# (netns_hosts.sh). Ranks on remote hosts start over ssh; every collective is checked across
+# hosts x local ranks, also with uneven hosts; failures, signals and a killed horarun leave no
+# process behind on any host; ssh and reachability errors are named.
+# usage: multihost_test.sh HORARUN HORA_BENCH        (exit 77: skipped, with the reason)
+set -uo pipefail
+horarun=$(realpath "$1") bench=$(realpath "$2")
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=netns_hosts.sh
+. "$here/netns_hosts.sh"
+hosts_available || { [ "${HORA_REQUIRE_MULTIHOST:-0}" = 1 ] && exit 1; exit 77; }
+hosts_up 3 || exit 1
+passed=0 failed=0
+check() {  # check NAME CONDITION-EXIT-CODE
+  if [ "$2" = 0 ]; then passed=$((passed + 1)); echo "ok: $1"; else failed=$((failed + 1)); echo "FAILED: $1"; fi
+}
+tmp="$HOSTS_DIR/work"
+mkdir -p "$tmp"
+cd "$tmp" || exit 1
+h1=${HOST_IP[1]} h2=${HOST_IP[2]} h3=${HOST_IP[3]}
+run() { on_host 1 "$horarun" -i "$SSH_KEY" "$@"; }  # horarun runs on host 1
+no_leftovers() {  # no_leftovers MARKER: nothing of the job runs on any host (one PID namespace)
+  local i
+  for i in $(seq 1 30); do pgrep -f "$1" >/dev/null || return 0; sleep 0.1; done
+  pgrep -af "$1"; return 1
+}
+
+run -np 4 -H "$h1:2,$h2:2" sh -c 'echo "$HORA_RANK $HORA_HOSTNAME $HORA_LOCAL_RANK/$HORA_LOCAL_SIZE $HORA_CROSS_RANK/$HORA_CROSS_SIZE $(pwd)"' >"$tmp/out" 2>&1
+[ "$(sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort | tr '\n' ';')" = \
+  "0 $h1 0/2 0/2 $tmp;1 $h1 1/2 0/2 $tmp;2 $h2 0/2 1/2 $tmp;3 $h2 1/2 1/2 $tmp;" ]
+check "ranks fill hosts in order; remote ranks get the HORA_* environment and the working directory" $?
+run -np 2 -H "$h1:1,$h2:1" sh -c 'cat /proc/$$/cmdline | tr "\0" " "; echo; ps -eo args' >"$tmp/out" 2>&1
+! grep -q "HORA_SECRET=" "$tmp/out" && ! grep -E -q '[0-9a-f]{64}' "$tmp/out"
+check "the job secret is on no command line of any host" $?
+
+for spec in "$h1:2,$h2:2" "$h1:3,$h2:1" "$h1:1,$h2:1,$h3:2"; do
+  for op in allreduce allgather broadcast reducescatter alltoall; do
+    run -np 4 -H "$spec" "$bench" "$op" -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
+    code=$?
+    [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out"
+    check "$op across hosts $spec checks clean against the reference (code $code)" $?
+  done
+done
+
+start=$SECONDS
+run -np 4 -H "$h1:2,$h2:2" sh -c 'if [ "$HORA_RANK" = 3 ]; then sleep 0.5; exit 5; fi; exec sleep 4242' >"$tmp/out" 2>&1
+code=$?
+[ "$code" = 5 ] && [ $((SECONDS - start)) -lt 6 ]; check "a failed remote rank's code is horarun's, within 5 s (code $code, $((SECONDS - start)) s)" $?
+grep -q "rank 3 on host $h2 exited with code 5" "$tmp/out"; check "horarun names the failed rank and its host" $?
+no_leftovers "sleep 4242"; check "no process of the failed job is left on any host" $?
+
+run -np 4 -H "$h1:2,$h2:2" sh -c 'exec sleep 4343' >"$tmp/out" 2>&1 &
+runner=$!
+sleep 1.5
+pkill -TERM -f "horarun -i $SSH_KEY -np 4 -H $h1:2,$h2:2 sh -c exec sleep 4343"
+wait "$runner"; code=$?
+[ "$code" = $((128 + 15)) ]; check "SIGTERM to horarun ends the job with 143 (code $code)" $?
+no_leftovers "sleep 4343"; check "SIGTERM reaches the remote workers: nothing is left" $?
+
+run -np 4 -H "$h1:2,$h2:2" sh -c 'exec sleep 4444' >"$tmp/out" 2>&1 &
+runner=$!
+sleep 1.5
+pkill -KILL -f "horarun -i $SSH_KEY -np 4 -H $h1:2,$h2:2 sh -c exec sleep 4444"
+wait "$runner" 2>/dev/null
+no_leftovers "sleep 4444"; check "a SIGKILLed horarun leaves no worker on any host" $?
+
+run -np 1 -H "$h2:1" no-such-command-hora >"$tmp/out" 2>&1; code=$?
+[ "$code" = 127 ] && grep -q "command not found on host $h2: no-such-command-hora" "$tmp/out"
+check "a command missing on a remote host is named with the host (code $code)" $?
+
+ssh-keygen -q -t ed25519 -N '' -f "$tmp/stranger_key"
+start=$SECONDS
+on_host 1 "$horarun" -i "$tmp/stranger_key" -np 2 -H "$h1:1,$h2:1" true >"$tmp/out" 2>&1; code=$?
+[ "$code" != 0 ] && grep -q "rank 1 on host $h2" "$tmp/out" && grep -q "Permission denied" "$tmp/out"
+check "an ssh login failure is named with rank and host (code $code)" $?
+
+start=$SECONDS
+run -np 2 --start-timeout 3 -H "$h1:1,10.199.$(( HOSTS_ID % 250 )).99:1" true >"$tmp/out" 2>&1; code=$?
+[ "$code" != 0 ] && [ $((SECONDS - start)) -lt 15 ] && grep -q "rank 1 on host 10.199.$(( HOSTS_ID % 250 )).99" "$tmp/out"
+check "an unreachable host fails the job in time, named (code $code, $((SECONDS - start)) s)" $?
+
+run -np 2 --start-timeout 2 -H "$h1:1,$h2:1" sh -c '[ "$HORA_RANK" = 1 ] && exec sleep 4545; '"$bench"' allreduce -b 4 -e 4 -n 1 -w 0' >"$tmp/out" 2>&1; code=$?
+[ "$code" != 0 ] && grep -q "rank 1 on host $h2 did not reach the rendezvous store within --start-timeout 2 s" "$tmp/out"
+check "a remote rank that never reaches the rendezvous is named with its host (code $code)" $?
+no_leftovers "sleep 4545"; check "nothing is left after a start timeout" $?
+
+echo "$passed passed, $failed failed"
+[ "$failed" = 0 ]
