@@ -10,6 +10,9 @@
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -77,7 +80,64 @@ struct Flags {
   // Knob flags: each sets its HORA_* variable for every rank.
   std::map<std::string, std::string> knobs;
   bool verbose = false;
+  bool mpi = false;
 };
+
+// --mpi: hand the job to mpirun (OpenMPI's or MPICH's, whichever `mpirun` is). The ranks then
+// find each other as any mpirun-started hora job does (src/common/foreign_launch.h); the job
+// secret and every -x / knob variable travel in the environment (named, not valued, on mpirun's
+// command line). Returns only when mpirun cannot be executed.
+int execMpirun(const Flags& f, const std::vector<hora::launcher::HostSlots>& hosts, bool all_local,
+               const std::string& rank0_address, std::map<std::string, std::string> env,
+               const std::vector<std::string>& command) {
+  std::string version;
+  if (FILE* p = ::popen("mpirun --version 2>&1", "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof(buf), p)) version += buf;
+    ::pclose(p);
+  }
+  const bool openmpi = version.find("Open MPI") != std::string::npos || version.find("OpenRTE") != std::string::npos;
+  const bool hydra = version.find("HYDRA") != std::string::npos;
+  if (!openmpi && !hydra) {
+    std::cerr << "horarun: --mpi needs OpenMPI's or MPICH's mpirun on PATH; `mpirun --version` said: "
+              << (version.empty() ? "nothing (not found)" : version) << "\n";
+    return 127;
+  }
+  env["HORA_SECRET"] = hora::common::randomSecret();
+  if (!all_local && !env.count("HORA_RENDEZVOUS_ADDR")) env["HORA_RENDEZVOUS_ADDR"] = rank0_address;
+  std::string host_list, names;
+  for (const auto& h : hosts) host_list += (host_list.empty() ? "" : ",") + h.host + ":" + std::to_string(h.slots);
+  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(f.np)};
+  for (const auto& [k, v] : env) {
+    ::setenv(k.c_str(), v.c_str(), 1);
+    names += (names.empty() ? "" : ",") + k;
+    if (openmpi) argv.insert(argv.end(), {"-x", k});
+  }
+  if (openmpi) {
+    argv.insert(argv.end(), {"--bind-to", "none", "--map-by", "slot"});
+    if (!f.hosts.empty() || !f.hostfile.empty()) argv.insert(argv.end(), {"-H", host_list});
+    std::string rsh;
+    if (f.ssh.port > 0) rsh += "-p " + std::to_string(f.ssh.port);
+    if (!f.ssh.identity_file.empty()) rsh += (rsh.empty() ? "" : " ") + std::string("-i ") + f.ssh.identity_file;
+    if (!rsh.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_args", rsh});
+    if (!f.network_interface.empty()) argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", f.network_interface});
+  } else {
+    argv.insert(argv.end(), {"-genvlist", names});
+    if (!f.hosts.empty() || !f.hostfile.empty()) argv.insert(argv.end(), {"-hosts", host_list});
+  }
+  argv.insert(argv.end(), command.begin(), command.end());
+  if (f.verbose) {
+    std::cerr << "horarun:";
+    for (const auto& a : argv) std::cerr << " " << a;
+    std::cerr << "\n";
+  }
+  std::vector<char*> raw;
+  for (auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
+  raw.push_back(nullptr);
+  ::execvp("mpirun", raw.data());
+  std::cerr << "horarun: cannot execute mpirun: " << std::strerror(errno) << "\n";
+  return 127;
+}
 
 void printBuild() {
   std::cout << "hora " << kVersion << "\n"
@@ -129,6 +189,7 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "trace, debug, info, warning, error (HORA_LOG_LEVEL)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warning", "warn", "error", "critical", "off"}));
   app.add_flag("--verbose", f.verbose, "Print what horarun does");
+  app.add_flag("--mpi", f.mpi, "Start the ranks with mpirun (OpenMPI or MPICH) instead of horarun's own launcher");
   bool knobs_markdown = false, check_build = false;
   app.add_flag("--check-build", check_build, "Print what this build of hora has and exit");
   app.add_flag("--knobs-markdown", knobs_markdown, "Print the table of HORA_* variables (docs/knobs.md) and exit");
@@ -202,6 +263,12 @@ int main(int argc, char** argv) {
     std::string store_host = "127.0.0.1";
     if (!f.network_interface.empty()) store_host = hora::common::interfaceAddress(f.network_interface);
     else if (!first_remote.empty()) store_host = addressToward(first_remote);
+
+    if (f.mpi) {
+      // Without horarun's store, rank 0 (on the first host) serves it.
+      const std::string rank0 = local[placements[0].host] ? store_host : placements[0].host;
+      return execMpirun(f, host_list, first_remote.empty(), rank0, extra_env, command);
+    }
 
     const std::string secret = hora::common::randomSecret();
     hora::rendezvous::TcpStoreServer store(store_host, 0, secret);

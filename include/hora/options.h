@@ -24,6 +24,7 @@ struct RendezvousOptions {
   std::string secret;                 // job secret (HORA_SECRET); never on a command line
   std::string prefix;                 // keys are prefixed, so one store can serve several jobs
   std::string announce_key;           // set once connected, for the launcher's start timeout
+  bool serve_store = false;           // this process serves the store (rank 0 without horarun)
 };
 
 struct CommunicatorOptions {

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <optional>
 
 #include "collectives/algorithms.h"
@@ -17,6 +18,7 @@
 #include "common/socket.h"
 #include "hora/errors.h"
 #include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_server.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace hora {
@@ -172,6 +174,23 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   // Every rank creates its communicators in the same order, so numbering them per process gives
   // each its own keys in the job's store: a second communicator never reads the first's
   // addresses.
+  if (rendezvous.serve_store) {
+    // Rank 0 of a job without horarun serves the store for the life of the process (Note
+    // [foreign launch]); it listens on the address the other ranks were told.
+    static std::unique_ptr<rendezvous::TcpStoreServer> server;
+    static std::mutex server_mutex;
+    std::lock_guard lock(server_mutex);
+    if (!server) {
+      try {
+        server = std::make_unique<rendezvous::TcpStoreServer>(rendezvous.address, rendezvous.port, rendezvous.secret);
+      } catch (const Error& e) {
+        throw InvalidArgumentError("rank 0 cannot serve the rendezvous store on " + rendezvous.address + ":" +
+                                   std::to_string(rendezvous.port) + " (" + e.what() +
+                                   "); rank 0 must run on that host and the port must be free: set "
+                                   "HORA_RENDEZVOUS_ADDR / HORA_RENDEZVOUS_PORT");
+      }
+    }
+  }
   static std::atomic<int> created{0};
   rendezvous.announce_key = rendezvous.prefix + "started/" + std::to_string(identity.rank);
   rendezvous.prefix += "comm" + std::to_string(created++) + "/";

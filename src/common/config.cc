@@ -1,5 +1,7 @@
 #include "common/config.h"
 
+#include "common/foreign_launch.h"
+
 #include <unistd.h>
 
 #include <climits>
@@ -12,7 +14,12 @@ namespace hora::common {
 
 Identity identityFrom(const Env& env) {
   Identity id;
-  if (!env.isSet("HORA_SIZE")) {
+  if (auto job = detectForeignLaunch(env)) {
+    // mpirun or srun gave rank and size; the rest comes from the hostnames (kDerive).
+    id.rank = job->rank;
+    id.size = job->size;
+    if (id.size > 1) id.local_rank = id.local_size = id.cross_rank = id.cross_size = Identity::kDerive;
+  } else if (!env.isSet("HORA_SIZE")) {
     if (env.isSet("HORA_RANK"))
       throw InvalidArgumentError("HORA_RANK is set but HORA_SIZE is not; start the job with horarun");
   } else {
@@ -78,6 +85,7 @@ EngineOptions engineOptionsFrom(const Env& env) {
 RendezvousOptions rendezvousOptionsFrom(const Env& env, int size) {
   RendezvousOptions r;
   if (size == 1) return r;
+  if (auto job = detectForeignLaunch(env)) return foreignRendezvous(env, *job);
   for (const char* name : {"HORA_RENDEZVOUS_ADDR", "HORA_RENDEZVOUS_PORT", "HORA_SECRET"}) {
     if (!env.isSet(name))
       throw InvalidArgumentError(std::string(name) + " is not set although HORA_SIZE=" +

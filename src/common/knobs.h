@@ -18,7 +18,9 @@
 
 namespace hora::common {
 
-enum class KnobGroup { kLauncherSet, kTuning };
+// kLauncherSet: set by horarun for each rank. kTuning: set by users. kForeignLauncher: set by
+// mpirun (OpenMPI, MPICH) or Slurm when a job is started without horarun (foreign_launch.h).
+enum class KnobGroup { kLauncherSet, kTuning, kForeignLauncher };
 
 struct KnobSpec {
   std::string_view name;

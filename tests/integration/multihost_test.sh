@@ -85,5 +85,20 @@ run -np 2 --start-timeout 2 -H "$h1:1,$h2:1" sh -c '[ "$HORA_RANK" = 1 ] && exec
 check "a remote rank that never reaches the rendezvous is named with its host (code $code)" $?
 no_leftovers "sleep 4545"; check "nothing is left after a start timeout" $?
 
+# OpenMPI's mpirun across the hosts (no horarun): the ranks find rank 0's store themselves.
+if command -v mpirun.openmpi >/dev/null; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  on_host 1 timeout 120 mpirun.openmpi -np 4 -H "$h1:2,$h2:2" --mca plm_rsh_args "-i $SSH_KEY" \
+    --mca btl_tcp_if_include "$HOSTS_SUBNET.0/24" --mca oob_tcp_if_include "$HOSTS_SUBNET.0/24" \
+    -x HORA_RENDEZVOUS_ADDR="$h1" "$bench" allreduce -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
+  code=$?
+  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out"; check "OpenMPI mpirun across hosts, no horarun: allreduce checks clean (code $code)" $?
+  run --mpi -np 4 -H "$h1:3,$h2:1" --network-interface eth0 "$bench" alltoall -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
+  code=$?
+  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out"; check "horarun --mpi across uneven hosts: alltoall checks clean (code $code)" $?
+fi
+run -np 2 -H "$h1:1,$h3:1" hostname >"$tmp/out" 2>&1
+grep -q '^\[1\]<stdout>:hora-h3$' "$tmp/out"; check "a remote rank runs on its host (hostname hora-h3)" $?
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

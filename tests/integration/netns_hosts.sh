@@ -2,7 +2,8 @@
 # Hosts for multi-host tests on one machine: network namespaces on a private bridge, each with
 # its own address and sshd, so that horarun, ssh and MPI see separate hosts (sourced).
 #
-#   hosts_up 3          # HOST_IP[1..3], HOST_NS[1..3], SSH_KEY; sshd listening in each
+#   hosts_up 3          # HOST_IP[1..3], HOST_NS[1..3], HOSTS_SUBNET, SSH_KEY; sshd in each,
+#                       # whose sessions see hostname hora-h<i>
 #   on_host 1 cmd...    # runs cmd inside host 1's network namespace
 #   hosts_down          # (also run on EXIT) removes namespaces, bridge, daemons, keys
 #
@@ -22,7 +23,7 @@ hosts_up() {
   HOSTS_ID=$(( $$ % 10000 ))
   HOSTS_DIR=$(mktemp -d /tmp/hora-hosts.XXXXXX)
   HOSTS_BRIDGE="hbr$HOSTS_ID"
-  local subnet="10.199.$(( HOSTS_ID % 250 ))"
+  HOSTS_SUBNET="10.199.$(( HOSTS_ID % 250 ))"
   HOSTS_N=$n
   trap hosts_down EXIT
   ip link add "$HOSTS_BRIDGE" type bridge
@@ -34,7 +35,7 @@ hosts_up() {
   mkdir -p /run/sshd
   for i in $(seq 1 "$n"); do
     HOST_NS[$i]="hora${HOSTS_ID}h$i"
-    HOST_IP[$i]="$subnet.$i"
+    HOST_IP[$i]="$HOSTS_SUBNET.$i"
     ip netns add "${HOST_NS[$i]}"
     ip link add "hv${HOSTS_ID}h$i" type veth peer name eth0 netns "${HOST_NS[$i]}"
     ip link set "hv${HOSTS_ID}h$i" master "$HOSTS_BRIDGE" up
@@ -53,7 +54,9 @@ UsePAM no
 StrictModes no
 LogLevel ERROR
 EOF
-    ip netns exec "${HOST_NS[$i]}" /usr/sbin/sshd -f "$HOSTS_DIR/sshd_$i.conf" -E "$HOSTS_DIR/sshd_$i.log"
+    # Its own UTS namespace gives the host its own hostname, which ssh sessions inherit.
+    ip netns exec "${HOST_NS[$i]}" unshare --uts sh -c \
+      "hostname hora-h$i && exec /usr/sbin/sshd -f '$HOSTS_DIR/sshd_$i.conf' -E '$HOSTS_DIR/sshd_$i.log'"
   done
   for i in $(seq 1 "$n"); do
     # This run's host key replaces any a former run left in known_hosts under the same address.

@@ -1,0 +1,86 @@
+#include "common/foreign_launch.h"
+
+#include <unistd.h>
+
+#include <functional>
+
+#include "common/crypto.h"
+#include "common/logging.h"
+#include "hora/errors.h"
+
+namespace hora::common {
+
+std::optional<ForeignLaunch> detectForeignLaunch(const Env& env) {
+  if (env.isSet("HORA_SIZE")) return std::nullopt;  // horarun (or the user) said everything
+  ForeignLaunch job;
+  if (env.isSet("OMPI_COMM_WORLD_SIZE")) {
+    job.launcher = "OpenMPI";
+    job.size = static_cast<int>(env.getInt("OMPI_COMM_WORLD_SIZE", 1, 1 << 20));
+    job.rank = static_cast<int>(env.getInt("OMPI_COMM_WORLD_RANK", 0, job.size - 1));
+    job.single_host = env.isSet("OMPI_COMM_WORLD_LOCAL_SIZE") &&
+                      env.getInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1, job.size) == job.size;
+    job.job_id = env.getString("OMPI_MCA_ess_base_jobid");
+  } else if (env.isSet("PMI_SIZE")) {
+    job.launcher = "MPICH";
+    job.size = static_cast<int>(env.getInt("PMI_SIZE", 1, 1 << 20));
+    job.rank = static_cast<int>(env.getInt("PMI_RANK", 0, job.size - 1));
+    job.single_host = env.isSet("MPI_LOCALNRANKS") && env.getInt("MPI_LOCALNRANKS", 1, job.size) == job.size;
+    // Hydra names no job; on one host every rank is a child of the same proxy process.
+    if (job.single_host) job.job_id = "hydra-" + std::to_string(::getppid());
+  } else if (env.isSet("SLURM_NTASKS") && env.isSet("SLURM_PROCID")) {
+    job.launcher = "Slurm";
+    job.size = static_cast<int>(env.getInt("SLURM_NTASKS", 1, 1 << 20));
+    job.rank = static_cast<int>(env.getInt("SLURM_PROCID", 0, job.size - 1));
+    job.single_host = env.isSet("SLURM_STEP_NUM_NODES") && env.getInt("SLURM_STEP_NUM_NODES", 1, 1 << 20) == 1;
+    job.job_id = env.getString("SLURM_JOB_ID") + "." + env.getString("SLURM_STEP_ID");
+    job.first_host = firstSlurmHost(env.getString("SLURM_STEP_NODELIST"));
+  } else {
+    return std::nullopt;
+  }
+  return job;
+}
+
+std::string firstSlurmHost(const std::string& list) {
+  const auto bracket = list.find('[');
+  const auto comma = list.find(',');
+  if (bracket == std::string::npos || (comma != std::string::npos && comma < bracket))
+    return list.substr(0, comma);
+  // "node[01-04,07]": the prefix and the first number of the range, zero padding kept.
+  const auto end = list.find_first_of("-,]", bracket + 1);
+  return list.substr(0, bracket) + list.substr(bracket + 1, end - bracket - 1);
+}
+
+RendezvousOptions foreignRendezvous(const Env& env, const ForeignLaunch& job) {
+  RendezvousOptions r;
+  const std::string via = " (a job started by " + job.launcher + " without horarun)";
+  if (env.isSet("HORA_RENDEZVOUS_ADDR")) r.address = env.getString("HORA_RENDEZVOUS_ADDR");
+  else if (job.single_host) r.address = "127.0.0.1";
+  else if (!job.first_host.empty()) r.address = job.first_host;
+  else
+    throw InvalidArgumentError("HORA_RENDEZVOUS_ADDR is not set" + via +
+                               ": set it to the address of rank 0's host, e.g. mpirun -x HORA_RENDEZVOUS_ADDR=host0");
+  if (env.isSet("HORA_RENDEZVOUS_PORT")) {
+    r.port = static_cast<int>(env.getInt("HORA_RENDEZVOUS_PORT", 1, 65535));
+  } else if (!job.job_id.empty()) {
+    // Unprivileged, below the usual ephemeral range (32768+), spread by the job id.
+    r.port = 20000 + static_cast<int>(std::hash<std::string>{}("hora-port:" + job.job_id) % 12000);
+  } else {
+    throw InvalidArgumentError("HORA_RENDEZVOUS_PORT is not set" + via +
+                               " and this launcher names no job to derive it from: set it, e.g. mpirun -x HORA_RENDEZVOUS_PORT=29500");
+  }
+  if (env.isSet("HORA_SECRET")) {
+    r.secret = env.getString("HORA_SECRET");
+  } else {
+    const std::string id = job.job_id + "@" + r.address + ":" + std::to_string(r.port);
+    const Mac derived = hmacSha256("hora foreign job", {std::span(reinterpret_cast<const uint8_t*>(id.data()), id.size())});
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (uint8_t b : derived) r.secret.append(1, kHex[b >> 4]).append(1, kHex[b & 15]);
+    if (job.rank == 0)
+      HORA_LOG(warn, "HORA_SECRET is not set{}: the rendezvous is keyed by the job id only; export a random "
+               "HORA_SECRET to every rank (mpirun -x HORA_SECRET) to keep others out", via);
+  }
+  r.serve_store = job.rank == 0;
+  return r;
+}
+
+}  // namespace hora::common
