@@ -17,7 +17,8 @@ packages=(
   # multi-host tests: hosts are network namespaces, each with its own sshd; MPICH for mpirun tests
   openssh-server openssh-client mpich
   # python side and the comparison benchmarks (OpenMPI, torch.distributed with gloo)
-  python3 python3-venv python3-numpy python3-matplotlib python3-torch
+  python3 python3-venv python3-pip python3-setuptools python3-numpy python3-matplotlib python3-torch
+  python3-cloudpickle python3-pytest
   libopenmpi-dev openmpi-bin
 )
 missing=()
@@ -43,3 +44,5 @@ fi
 cmake --build "$build" -j "$(nproc)" 2>&1 | { grep -E "warning|error|Error" || true; }
 test "${PIPESTATUS[0]}" = 0
 cmake --install "$build" >/dev/null
+# The Python package (hora.run, ...), from Debian's setuptools: nothing comes from PyPI.
+.venv/bin/pip install --no-build-isolation --no-deps --no-index -q . >/dev/null

@@ -17,6 +17,7 @@ run() {  # run NAME COMMAND...: records a failure instead of stopping, so every 
 
 jobs=$(nproc)
 run "release tests" ctest --test-dir build/release --output-on-failure --no-tests=error -j "$jobs" --timeout 900
+run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
 
 sanitized() {  # sanitized DIR SANITIZERS
   local dir=$1 san=$2

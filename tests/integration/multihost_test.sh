@@ -100,5 +100,16 @@ fi
 run -np 2 -H "$h1:1,$h3:1" hostname >"$tmp/out" 2>&1
 grep -q '^\[1\]<stdout>:hora-h3$' "$tmp/out"; check "a remote rank runs on its host (hostname hora-h3)" $?
 
+# hora.run across hosts: a function pickled here runs on both hosts, results in rank order.
+python=$(cd "$here/../.." && pwd)/.venv/bin/python
+if [ -x "$python" ]; then
+  on_host 1 env HORA_HORARUN="$horarun" "$python" -c "
+import os, hora
+print('RESULT', hora.run(lambda: (int(os.environ['HORA_RANK']), os.uname().nodename), np=3,
+                         hosts='$h1:1,$h3:2', ssh_identity_file='$SSH_KEY'))" >"$tmp/out" 2>&1
+  grep -q "RESULT \[(0, 'hora-h1\|RESULT \[(0, '" "$tmp/out" && grep -q "(1, 'hora-h3'), (2, 'hora-h3')\]" "$tmp/out"
+  check "hora.run across hosts returns every rank's result in order" $?
+fi
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -1,0 +1,44 @@
+"""The worker side of hora.run (python -m hora._run_worker, started by horarun)."""
+
+import base64
+import os
+import sys
+import traceback
+
+import cloudpickle
+
+from hora.runner import RESULT_MARKER
+
+
+def _report(rank, outcome):
+    try:
+        data = cloudpickle.dumps(outcome)
+    except Exception as e:  # an unpicklable return value is this rank's error
+        data = cloudpickle.dumps(("error", type(e).__name__, f"cannot pickle the result: {e}",
+                                  traceback.format_exc(), None))
+    sys.stdout.write(f"{RESULT_MARKER} {rank} {base64.b64encode(data).decode()}\n")
+    sys.stdout.flush()
+
+
+def main():
+    rank = int(os.environ.get("HORA_RANK", "0"))
+    payload = os.environ.get("HORA_RUN_PAYLOAD")
+    if payload is None:
+        with open(os.environ["HORA_RUN_PAYLOAD_FILE"]) as f:
+            payload = f.read()
+    try:
+        fn, args, kwargs = cloudpickle.loads(base64.b64decode(payload))
+        result = fn(*args, **kwargs)
+    except BaseException as e:  # SystemExit and KeyboardInterrupt too: the caller hears of them
+        try:
+            exc_bytes = cloudpickle.dumps(e)
+        except Exception:
+            exc_bytes = None
+        _report(rank, ("error", type(e).__name__, str(e), traceback.format_exc(), exc_bytes))
+        return 1
+    _report(rank, ("ok", result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,84 @@
+"""hora.run end to end: real workers started by horarun, results in rank order, exceptions
+raised in the caller with the worker's rank and traceback."""
+
+import os
+import sys
+
+import numpy
+import pytest
+
+import hora
+
+
+def test_results_come_back_in_rank_order():
+    assert hora.run(lambda: int(os.environ["HORA_RANK"]) * 10, np=3) == [0, 10, 20]
+
+
+def test_arguments_closures_and_environment():
+    base = 7  # captured by the closure: cloudpickle carries it
+
+    def work(x, scale=1):
+        return (base + x) * scale, int(os.environ["HORA_SIZE"]), os.environ["GREETING"]
+
+    assert hora.run(work, args=(3,), kwargs={"scale": 2}, np=2, env={"GREETING": "hi"}) == [(20, 2, "hi")] * 2
+
+
+def test_large_payload_and_large_results():
+    table = numpy.arange(100_000, dtype=numpy.float64)  # ~800 KB pickled: passed through a file
+
+    def work():
+        rank = int(os.environ["HORA_RANK"])
+        return table * (rank + 1)
+
+    results = hora.run(work, np=2)
+    numpy.testing.assert_array_equal(results[0], table)
+    numpy.testing.assert_array_equal(results[1], table * 2)
+
+
+def test_output_is_forwarded_and_unterminated_output_is_kept(capfd):
+    def work():
+        print("hello from", os.environ["HORA_RANK"])
+        sys.stdout.write("no newline")
+        return 1
+
+    assert hora.run(work, np=2) == [1, 1]
+    out = capfd.readouterr().out
+    assert "[0]<stdout>:hello from 0" in out and "[1]<stdout>:hello from 1" in out
+    assert "[1]<stdout>:no newline" in out
+
+
+class CustomError(Exception):
+    pass
+
+
+def test_an_exception_is_raised_with_rank_and_traceback():
+    def work():
+        if os.environ["HORA_RANK"] == "1":
+            raise CustomError("bad shard 17")
+        import time
+        time.sleep(30)  # stopped by horarun when rank 1 fails
+
+    with pytest.raises(hora.RunError) as info:
+        hora.run(work, np=3)
+    err = info.value
+    assert err.rank == 1
+    assert "rank 1 raised CustomError: bad shard 17" in str(err)
+    assert "in work" in err.remote_traceback
+    assert isinstance(err.__cause__, CustomError)
+
+
+def test_a_worker_that_exits_is_reported():
+    def work():
+        if os.environ["HORA_RANK"] == "0":
+            sys.exit(3)
+        return 1
+
+    with pytest.raises(hora.RunError) as info:
+        hora.run(work, np=2)
+    assert info.value.rank == 0
+    assert "SystemExit" in str(info.value)
+
+
+def test_np_must_be_positive():
+    with pytest.raises(ValueError):
+        hora.run(lambda: 0, np=0)
