@@ -122,5 +122,10 @@ sleep 0.5
   sh -c 'echo "$HORA_TIMELINE $HORA_CYCLE_TIME $HORA_FUSION_THRESHOLD $HORA_CACHE_CAPACITY $HORA_STALL_CHECK_TIME_SECONDS $HORA_LOG_LEVEL"' >"$tmp/out" 2>&1
 grep -q "/tmp/x.json 2.000000 1048576 8 0 error" "$tmp/out"; check "knob flags set their HORA_* variables" $?
 
+for n in 1 2 3 4 5 6 7 8; do
+  "$horarun" -np $n "$bench" allreduce -b 4 -e 64K -f 64 -c 1 -n 2 -w 1 >"$tmp/out" 2>&1; code=$?
+  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out"; check "horarun -np $n: a checked allreduce (code $code)" $?
+done
+
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
