@@ -45,4 +45,4 @@ cmake --build "$build" -j "$(nproc)" 2>&1 | { grep -E "warning|error|Error" || t
 test "${PIPESTATUS[0]}" = 0
 cmake --install "$build" >/dev/null
 # The Python package (hora.run, ...), from Debian's setuptools: nothing comes from PyPI.
-.venv/bin/pip install --no-build-isolation --no-deps --no-index -q . >/dev/null
+HORA_CMAKE_BUILD_DIR="$build" .venv/bin/pip install --no-build-isolation --no-deps --no-index -q . >/dev/null

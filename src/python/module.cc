@@ -1,0 +1,193 @@
+// hora._core: the Python binding of the engine (pybind11). It knows nothing of PyTorch: tensors
+// cross as data pointers (ints), dtypes and shapes, so any PyTorch version works without a
+// rebuild. Outputs whose shape is known only after negotiation (allgather, alltoall,
+// reducescatter) are allocated here and handed to Python as a numpy array that owns them, which
+// torch.from_numpy wraps without a copy.
+//
+// One Engine per process (hora.torch.init / shutdown). Waits release the GIL.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <mutex>
+
+#include "hora/communicator.h"
+#include "hora/engine.h"
+#include "hora/errors.h"
+
+namespace py = pybind11;
+
+namespace {
+
+std::mutex engine_mutex;
+std::unique_ptr<hora::Engine> engine;  // guarded by engine_mutex for init/shutdown
+
+hora::Engine& theEngine() {
+  if (!engine) throw hora::InvalidArgumentError("hora has not been initialized; call hora.torch.init()");
+  return *engine;
+}
+
+// A request in flight, as Python sees it: the engine's handle and, for collectives whose output
+// the engine allocates, that output's bytes.
+class PyHandle {
+ public:
+  PyHandle(hora::Handle h, std::shared_ptr<std::vector<std::byte>> out)
+      : handle_(std::move(h)), output_(std::move(out)) {}
+  bool poll() const { return handle_.poll(); }
+  void wait(double timeout_seconds) const {
+    py::gil_scoped_release release;
+    handle_.wait(std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000)));
+  }
+  std::vector<int64_t> outputShape() const { return handle_.outputShape(); }
+  // The allocated output as a flat uint8 array that keeps the bytes alive.
+  py::array_t<uint8_t> output() const {
+    if (!output_) throw hora::InvalidArgumentError("this collective writes into the tensor it was given");
+    auto keep = new std::shared_ptr<std::vector<std::byte>>(output_);
+    py::capsule owner(keep, [](void* p) { delete static_cast<std::shared_ptr<std::vector<std::byte>>*>(p); });
+    return py::array_t<uint8_t>({static_cast<py::ssize_t>(output_->size())}, {1},
+                                reinterpret_cast<uint8_t*>(output_->data()), owner);
+  }
+
+ private:
+  hora::Handle handle_;
+  std::shared_ptr<std::vector<std::byte>> output_;
+};
+
+PyHandle enqueue(const std::string& name, int op, int dtype, std::vector<int64_t> shape, uintptr_t input,
+                 uintptr_t output, int reduce_op, double prescale, double postscale, int root,
+                 std::vector<int64_t> splits, int process_set) {
+  hora::Request r;
+  r.name = name;
+  r.op = static_cast<hora::Collective>(op);
+  r.type = static_cast<hora::DataType>(dtype);
+  r.shape = std::move(shape);
+  r.input = reinterpret_cast<const void*>(input);
+  r.output = reinterpret_cast<void*>(output);
+  r.reduce = {static_cast<hora::ReduceOp>(reduce_op), prescale, postscale};
+  r.root = root;
+  r.splits = std::move(splits);
+  r.process_set = process_set;
+  std::shared_ptr<std::vector<std::byte>> out;
+  if (r.op == hora::Collective::kAllgather || r.op == hora::Collective::kAlltoall ||
+      r.op == hora::Collective::kReducescatter) {
+    out = std::make_shared<std::vector<std::byte>>();
+    const size_t elem = hora::dataTypeSize(r.type);
+    r.allocate_output = [out, elem](const std::vector<int64_t>& s) -> void* {
+      size_t n = 1;
+      for (int64_t d : s) n *= static_cast<size_t>(d);
+      out->resize(std::max<size_t>(n * elem, 1));
+      return out->data();
+    };
+  }
+  return PyHandle(theEngine().enqueue(std::move(r)), out);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "hora's engine for Python frontends (tensors cross as data pointers)";
+
+  // Every failure of a collective is a HoraInternalError (Horovod's HorovodInternalError), with
+  // subclasses by kind so that programs can tell a mismatch from a lost peer.
+  static py::exception<hora::Error> base(m, "HoraInternalError", PyExc_RuntimeError);
+  static py::exception<hora::MismatchError> mismatch(m, "MismatchError", base.ptr());
+  static py::exception<hora::PeerError> peer(m, "PeerError", base.ptr());
+  static py::exception<hora::TimeoutError> timeout(m, "TimeoutError", base.ptr());
+  static py::exception<hora::ShutdownError> shutdown(m, "ShutdownError", base.ptr());
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hora::InvalidArgumentError& e) {
+      PyErr_SetString(PyExc_ValueError, e.what());
+    } catch (const hora::MismatchError& e) {
+      PyErr_SetString(mismatch.ptr(), e.what());
+    } catch (const hora::PeerError& e) {
+      PyErr_SetString(peer.ptr(), e.what());
+    } catch (const hora::TimeoutError& e) {
+      PyErr_SetString(timeout.ptr(), e.what());
+    } catch (const hora::ShutdownError& e) {
+      PyErr_SetString(shutdown.ptr(), e.what());
+    } catch (const hora::Error& e) {
+      PyErr_SetString(base.ptr(), e.what());
+    }
+  });
+
+  m.def("init", [] {
+    std::lock_guard lock(engine_mutex);
+    if (engine) return;
+    py::gil_scoped_release release;  // connecting to the peers takes a while
+    engine = std::make_unique<hora::Engine>(hora::Communicator::fromEnvironment(),
+                                            hora::EngineOptions::fromEnvironment());
+  });
+  m.def("shutdown", [] {
+    std::lock_guard lock(engine_mutex);
+    if (!engine) return;
+    py::gil_scoped_release release;
+    engine.reset();
+  });
+  m.def("is_initialized", [] { return engine != nullptr; });
+  m.def("identity", [] {
+    const hora::Identity& id = theEngine().identity();
+    return py::dict(py::arg("rank") = id.rank, py::arg("size") = id.size, py::arg("local_rank") = id.local_rank,
+                    py::arg("local_size") = id.local_size, py::arg("cross_rank") = id.cross_rank,
+                    py::arg("cross_size") = id.cross_size, py::arg("hostname") = id.hostname);
+  });
+  m.def("enqueue", &enqueue, py::arg("name"), py::arg("op"), py::arg("dtype"), py::arg("shape"), py::arg("input"),
+        py::arg("output"), py::arg("reduce_op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
+        py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{}, py::arg("process_set") = 0);
+  m.def("join", [](int process_set) {
+    auto last = std::make_shared<int32_t>(-1);
+    hora::Handle h = theEngine().join(last.get(), process_set);
+    {
+      py::gil_scoped_release release;
+      h.wait();
+    }
+    return *last;
+  }, py::arg("process_set") = 0);
+  m.def("barrier", [](int process_set) {
+    hora::Handle h = theEngine().barrier(process_set);
+    py::gil_scoped_release release;
+    h.wait();
+  }, py::arg("process_set") = 0);
+  m.def("add_process_set", [](std::vector<int> ranks) {
+    py::gil_scoped_release release;
+    return theEngine().addProcessSet(std::move(ranks));
+  });
+  m.def("remove_process_set", [](int id) {
+    py::gil_scoped_release release;
+    theEngine().removeProcessSet(id);
+  });
+  m.def("process_set_ranks", [](int id) { return theEngine().processSetRanks(id); });
+  m.def("process_set_ids", [] { return theEngine().processSetIds(); });
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles, bool all_ranks) {
+    theEngine().startTimeline(path, mark_cycles, all_ranks);
+  }, py::arg("path"), py::arg("mark_cycles") = false, py::arg("all_ranks") = false);
+  m.def("stop_timeline", [] { theEngine().stopTimeline(); });
+
+  py::class_<PyHandle>(m, "Handle")
+      .def("poll", &PyHandle::poll)
+      .def("wait", &PyHandle::wait, py::arg("timeout_seconds") = 365.0 * 24 * 3600)
+      .def("output_shape", &PyHandle::outputShape)
+      .def("output", &PyHandle::output);
+
+  // The enums' values, so Python never hard-codes them.
+  m.attr("ALLREDUCE") = static_cast<int>(hora::Collective::kAllreduce);
+  m.attr("ALLGATHER") = static_cast<int>(hora::Collective::kAllgather);
+  m.attr("BROADCAST") = static_cast<int>(hora::Collective::kBroadcast);
+  m.attr("ALLTOALL") = static_cast<int>(hora::Collective::kAlltoall);
+  m.attr("REDUCESCATTER") = static_cast<int>(hora::Collective::kReducescatter);
+  py::dict types;
+  for (auto [name, t] : {std::pair{"uint8", hora::DataType::kUInt8}, {"int8", hora::DataType::kInt8},
+                         {"int32", hora::DataType::kInt32}, {"int64", hora::DataType::kInt64},
+                         {"float16", hora::DataType::kFloat16}, {"bfloat16", hora::DataType::kBFloat16},
+                         {"float32", hora::DataType::kFloat32}, {"float64", hora::DataType::kFloat64}})
+    types[name] = static_cast<int>(t);
+  m.attr("DATA_TYPES") = types;
+  py::dict ops;
+  for (auto [name, o] : {std::pair{"Sum", hora::ReduceOp::kSum}, {"Average", hora::ReduceOp::kAverage},
+                         {"Min", hora::ReduceOp::kMin}, {"Max", hora::ReduceOp::kMax},
+                         {"Product", hora::ReduceOp::kProduct}})
+    ops[name] = static_cast<int>(o);
+  m.attr("REDUCE_OPS") = ops;
+}
