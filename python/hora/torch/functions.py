@@ -3,7 +3,7 @@
 import cloudpickle
 import torch
 
-from hora.torch.mpi_ops import allgather, broadcast_, broadcast_async_, global_process_set, synchronize
+from hora.torch.mpi_ops import _auto_name, allgather, broadcast_, broadcast_async_, global_process_set, synchronize
 
 
 def broadcast_parameters(params, root_rank, prefix=None, process_set=global_process_set):
@@ -28,8 +28,9 @@ def broadcast_parameters(params, root_rank, prefix=None, process_set=global_proc
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """`obj` as root_rank holds it (pickled with cloudpickle), on every rank."""
-    name = name or type(obj).__name__
+    """`obj` as root_rank holds it (pickled with cloudpickle), on every rank. Other ranks may
+    pass anything (e.g. None): unnamed calls are numbered, not named by the object's type."""
+    name = _auto_name("broadcast_object", name)
     if process_set.rank() == root_rank:
         payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
@@ -46,7 +47,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, process_set=global_process_set):
     """The list of every rank's `obj`, in rank order."""
-    name = name or type(obj).__name__
+    name = _auto_name("allgather_object", name)
     payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
     lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=f"allgather_object.{name}.length",
                         process_set=process_set)

@@ -21,7 +21,7 @@ Sum = _core.REDUCE_OPS["Sum"]
 Min = _core.REDUCE_OPS["Min"]
 Max = _core.REDUCE_OPS["Max"]
 Product = _core.REDUCE_OPS["Product"]
-Adasum = None  # not supported; named so that `op=hvd.Adasum` fails with a clear message
+Adasum = -1  # not supported; named so that `op=hvd.Adasum` fails with a clear message
 
 HoraInternalError = _core.HoraInternalError
 HorovodInternalError = HoraInternalError  # scripts written for horovod.torch catch this name
