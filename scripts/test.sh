@@ -18,6 +18,11 @@ run() {  # run NAME COMMAND...: records a failure instead of stopping, so every 
 jobs=$(nproc)
 run "release tests" ctest --test-dir build/release --output-on-failure --no-tests=error -j "$jobs" --timeout 900
 run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
+# hora.torch on every rank of real jobs; a rank that falls out of step fails in 30 s, not hangs.
+for np in 2 3; do
+  run "python tests under horarun -np $np" .venv/bin/horarun -np "$np" -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/distributed
+done
 
 sanitized() {  # sanitized DIR SANITIZERS
   local dir=$1 san=$2

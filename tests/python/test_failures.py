@@ -1,0 +1,41 @@
+"""A rank that dies mid-training: the others raise HoraInternalError naming it, within seconds,
+instead of hanging (a real job under horarun)."""
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.executable), "horarun")
+
+SCRIPT = textwrap.dedent("""
+    import os, signal, sys, torch
+    import hora.torch as hvd
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay long enough to report what we saw
+    hvd.init()
+    r = hvd.rank()
+    try:
+        for step in range(1000000):
+            if r == 2 and step == 50:
+                os._exit(9)
+            hvd.allreduce(torch.ones(1000), name="grad.%d" % (step % 10))
+    except hvd.HoraInternalError as e:
+        print("rank %d caught %s: %s" % (r, type(e).__name__, str(e).splitlines()[0]), flush=True)
+        sys.exit(0)
+""")
+
+
+def test_a_killed_rank_raises_on_the_others(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    start = time.time()
+    out = subprocess.run([HORARUN, "-np", "3", "--grace-seconds", "20", sys.executable, str(script)],
+                         capture_output=True, text=True, timeout=60)
+    elapsed = time.time() - start
+    assert out.returncode == 9, out.stdout + out.stderr
+    for r in (0, 1):
+        lines = [l for l in out.stdout.splitlines() if l.startswith(f"[{r}]<stdout>:rank {r} caught")]
+        assert lines, out.stdout + out.stderr
+        assert "PeerError" in lines[0] and "rank 2" in lines[0], lines[0]
+    assert elapsed < 15, f"the job took {elapsed:.1f} s to end"
