@@ -80,6 +80,9 @@ def save_checkpoint(state, path):
     directory = os.path.dirname(os.path.abspath(path))
     os.makedirs(directory, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=".checkpoint-", dir=directory)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)  # as open() would have made it, not mkstemp's 0600
     try:
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
