@@ -18,6 +18,7 @@
 // thread, in a training job). Calls from several threads must be serialized by the caller.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <span>
@@ -95,10 +96,16 @@ class HORA_API Communicator {
   // Returns when every rank has entered barrier().
   void barrier();
 
+  // For a background thread that runs collectives only when some rank has work: blocks without
+  // spinning until another rank has entered a collective (its first bytes arrived; a lost peer
+  // counts too), `wake_fd` (an eventfd or pipe, if >= 0) is readable, or `timeout` passes.
+  // Returns false on timeout. Consumes nothing.
+  bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd = -1);
+
   // How a collective of this many bytes would run, for timelines and logs: "ring over tcp",
   // "recursive doubling over tcp", "local" for a single rank. `collective` is "allreduce",
   // "allgather", "broadcast", "reducescatter" or "alltoall".
-  std::string algorithmFor(std::string_view collective, size_t bytes) const;
+  std::string algorithmFor(std::string_view collective, size_t bytes, ReduceOp op = ReduceOp::kSum) const;
 
  private:
   explicit Communicator(std::unique_ptr<detail::CommunicatorImpl> impl);

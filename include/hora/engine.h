@@ -80,7 +80,7 @@ class HORA_API Handle {
 };
 
 struct HORA_API EngineOptions {
-  std::chrono::microseconds cycle_time{1000};  // HORA_CYCLE_TIME (ms)
+  std::chrono::microseconds cycle_time{1000};  // HORA_CYCLE_TIME (ms): idle housekeeping period
   size_t fusion_threshold = 128u << 20;       // HORA_FUSION_THRESHOLD (bytes)
   int cache_capacity = 1024;                  // HORA_CACHE_CAPACITY
   std::chrono::seconds stall_check{60};       // HORA_STALL_CHECK_TIME_SECONDS (0 = off)

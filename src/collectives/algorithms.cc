@@ -156,6 +156,21 @@ void recursiveDoublingAllreduce(Context& ctx, const std::byte* send, std::byte* 
   }
 }
 
+void disseminationAllreduce(Context& ctx, const std::byte* send, std::byte* recv, size_t count,
+                            DataType type, const AllreduceOptions& o) {
+  const int n = ctx.transport.size(), r = ctx.transport.rank();
+  const size_t bytes = count * dataTypeSize(type);
+  if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
+  std::byte* incoming = scratchOf(ctx, bytes);
+  for (int distance = 1; distance < n; distance <<= 1) {
+    std::vector<Transfer> xs = {Transfer::send(mod(r + distance, n), recv, bytes),
+                                Transfer::recv(mod(r - distance, n), incoming, bytes)};
+    ctx.transport.run(xs, ctx.tag, ctx.deadline);  // both done before recv changes below
+    reduce(type, o.op, recv, recv, incoming, count);
+  }
+  finalize(type, o.op, recv, recv, count, n, o.postscale);
+}
+
 void ringAllgather(Context& ctx, const std::byte* send, std::byte* recv,
                    std::span<const size_t> counts, DataType type) {
   const RingPlan p = planRing(ctx.transport, counts, type);

@@ -48,6 +48,14 @@ void ringAllreduce(Context& ctx, const std::byte* send, std::byte* recv, size_t 
 void recursiveDoublingAllreduce(Context& ctx, const std::byte* send, std::byte* recv, size_t count,
                                 DataType type, const AllreduceOptions& options);
 
+// Dissemination allreduce for idempotent ops (min, max): in round k every rank sends what it
+// holds to r + 2^k and folds in what r - 2^k sends; after ceil(log2 n) rounds each rank has
+// folded every rank (some twice, harmless for min and max). Any n without fold steps, and every
+// rank receives in the first round from its left neighbour, so ranks that sleep until a peer's
+// first bytes arrive (Note [idle engine]) all wake, one after the other.
+void disseminationAllreduce(Context& ctx, const std::byte* send, std::byte* recv, size_t count,
+                            DataType type, const AllreduceOptions& options);
+
 // Ring reduce-scatter: rank r ends with the reduction of segment r (counts[r] elements) in
 // `recv`. `send` holds every segment.
 void ringReduceScatter(Context& ctx, const std::byte* send, std::byte* recv,

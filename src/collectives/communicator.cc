@@ -2,12 +2,15 @@
 // validate-then-enqueue path, minus the queue: the engine adds that).
 #include "hora/communicator.h"
 
+#include <poll.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
 #include <mutex>
 #include <optional>
+#include <thread>
 
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
@@ -250,7 +253,10 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
     return;
   }
   impl_->collective(OpKind::kAllreduce, op, bytes, [&](collectives::Context& ctx) {
-    if (bytes <= impl_->options().ring_threshold_bytes || count < static_cast<size_t>(size()))
+    const bool small = bytes <= impl_->options().ring_threshold_bytes || count < static_cast<size_t>(size());
+    if (small && (o.op == ReduceOp::kMin || o.op == ReduceOp::kMax))
+      collectives::disseminationAllreduce(ctx, in, out, count, type, o);
+    else if (small)
       collectives::recursiveDoublingAllreduce(ctx, in, out, count, type, o);
     else
       collectives::ringAllreduce(ctx, in, out, count, type, o);
@@ -358,12 +364,12 @@ std::vector<size_t> Communicator::exchangeCounts(std::span<const size_t> counts)
   return received;
 }
 
-std::string Communicator::algorithmFor(std::string_view collective, size_t bytes) const {
+std::string Communicator::algorithmFor(std::string_view collective, size_t bytes, ReduceOp op) const {
   if (size() == 1) return "local";
   const bool small = bytes <= impl_->options().ring_threshold_bytes;
   std::string algorithm = "ring";
   if (collective == "allreduce" && small)
-    algorithm = "recursive doubling";
+    algorithm = op == ReduceOp::kMin || op == ReduceOp::kMax ? "dissemination" : "recursive doubling";
   else if (collective == "broadcast")
     algorithm = small ? "binomial tree" : "chain";
   else if (collective == "alltoall")
@@ -376,6 +382,19 @@ void Communicator::barrier() {
   if (size() == 1) return;
   impl_->collective(OpKind::kBarrier, "barrier", 0,
                     [&](collectives::Context& ctx) { collectives::disseminationBarrier(ctx); });
+}
+
+bool Communicator::waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) {
+  impl_->checkUsable();
+  if (size() == 1) {
+    if (wake_fd < 0) {
+      std::this_thread::sleep_for(timeout);
+      return false;
+    }
+    pollfd fd{wake_fd, POLLIN, 0};
+    return ::poll(&fd, 1, static_cast<int>(timeout.count())) > 0;
+  }
+  return impl_->transport()->waitForIncoming(timeout, wake_fd);
 }
 
 }  // namespace hora

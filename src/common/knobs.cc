@@ -58,7 +58,9 @@ constexpr KnobSpec kKnobs[] = {
     {"HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", G::kTuning, "1024",
      "Entries of the engine's response cache; 0 turns it off (every cycle negotiates in full)."},
     {"HORA_CYCLE_TIME", "HOROVOD_CYCLE_TIME", G::kTuning, "1",
-     "Milliseconds between the engine's negotiation cycles when no request is waiting."},
+     "Milliseconds between an idle engine's housekeeping checks (stall warnings). An idle engine "
+     "sends nothing and sleeps; a request on any rank starts a cycle at once. 0 = cycle "
+     "continuously (to measure the negotiation's cost)."},
     {"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", G::kTuning, "128M",
      "Largest fused allreduce in bytes; 0 turns fusion off."},
     {"HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", G::kTuning, "60",

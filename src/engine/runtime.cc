@@ -1,8 +1,11 @@
 #include "engine/runtime.h"
 
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
 #include <cstring>
 #include <numeric>
 #include <set>
@@ -94,7 +97,8 @@ constexpr size_t kFuseBelowBytes = 1 << 20;
 
 Runtime::Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& options)
     : comm_(std::move(comm)), options_(options), rank_(comm_->rank()), size_(comm_->size()),
-      table_(size_), cache_(options.cache_capacity) {
+      table_(size_), cache_(options.cache_capacity), wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!wake_fd_.valid()) throw InternalError(std::string("eventfd failed: ") + std::strerror(errno));
   if (!options.timeline.empty())
     timeline_request_ = TimelineRequest{options.timeline, options.timeline_mark_cycles, options.timeline_all_ranks};
   applyTimelineRequest();  // before the thread starts: a bad path fails the constructor
@@ -102,13 +106,24 @@ Runtime::Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& option
 }
 
 void Runtime::startTimeline(const std::string& path, bool mark_cycles, bool all_ranks) {
-  std::lock_guard lock(mutex_);
-  timeline_request_ = TimelineRequest{path, mark_cycles, all_ranks};
+  {
+    std::lock_guard lock(mutex_);
+    timeline_request_ = TimelineRequest{path, mark_cycles, all_ranks};
+  }
+  wakeUp();
 }
 
 void Runtime::stopTimeline() {
-  std::lock_guard lock(mutex_);
-  timeline_request_ = TimelineRequest{};
+  {
+    std::lock_guard lock(mutex_);
+    timeline_request_ = TimelineRequest{};
+  }
+  wakeUp();
+}
+
+void Runtime::wakeUp() {
+  const uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof(one));
 }
 
 void Runtime::applyTimelineRequest() {
@@ -180,7 +195,8 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
   state->callback = std::move(done);
   Handle handle(state);
   queue_.push_back({std::move(request), std::move(meta), state});
-  wake_.notify_one();
+  lock.unlock();
+  wakeUp();
   return handle;
 }
 
@@ -189,7 +205,7 @@ void Runtime::shutdown() {
     std::lock_guard lock(mutex_);
     stopping_ = true;
   }
-  wake_.notify_one();
+  wakeUp();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -200,18 +216,47 @@ void Runtime::loop() {
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   try {
     // A cycle that ran something is followed at once by the next (every rank ran the same
-    // responses, so all of them skip the pause together): work flows without HORA_CYCLE_TIME
-    // gaps. Otherwise pause until the cycle time passes or a request arrives.
+    // responses, so all of them go on together): work flows without gaps. Otherwise wait for
+    // work (Note [idle engine]); HORA_CYCLE_TIME=0 cycles continuously instead.
     while (true) {
       const CycleResult result = cycle();
       if (result == CycleResult::kStop) break;
       if (result == CycleResult::kWorked || options_.cycle_time.count() == 0) continue;
-      std::unique_lock lock(mutex_);
-      wake_.wait_for(lock, options_.cycle_time, [&] { return !queue_.empty() || stopping_; });
+      waitUntilSomeRankHasWork();
     }
     failEverything(std::make_exception_ptr(ShutdownError("the engine has shut down")));
   } catch (const Error&) {
     failEverything(std::current_exception());
+  }
+}
+
+// Note [idle engine]: an engine with nothing to negotiate does not cycle. Cycling anyway (every
+// HORA_CYCLE_TIME, as Horovod does) costs a network round trip and a wake-up per millisecond on
+// every rank, CPU that a training job on the same cores would rather use. Instead the engine
+// thread sleeps in poll() on its peers' sockets and an eventfd: a request of this rank (or a
+// shutdown, or a timeline switch) writes the eventfd; a request of another rank makes that rank
+// cycle, and the first bytes of its control allreduce arrive here, so this rank joins the cycle.
+// Since every rank runs the same cycles, a rank that received bytes knows a cycle began. Names
+// this rank submitted but others have not need no cycle of ours: the others' submission starts
+// one. Every HORA_CYCLE_TIME the thread wakes to do housekeeping that needs no peers (stall
+// warnings), and starts a cycle if the stall-shutdown limit has passed.
+void Runtime::waitUntilSomeRankHasWork() {
+  while (true) {
+    {
+      std::lock_guard lock(mutex_);
+      if (!queue_.empty() || stopping_ || timeline_request_) return;
+    }
+    if (!to_announce_.empty() || !dup_announce_.empty()) return;
+    if (options_.stall_shutdown.count() > 0 && !table_.stalled(Clock::now(), options_.stall_shutdown).empty())
+      return;
+    const bool woken = comm_->waitForIncoming(std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::max(options_.cycle_time, std::chrono::microseconds(1000))), wake_fd_.get());
+    if (woken) {
+      uint64_t count;
+      [[maybe_unused]] auto n = ::read(wake_fd_.get(), &count, sizeof(count));  // EAGAIN if a peer woke us
+      return;
+    }
+    warnStalls();
   }
 }
 
@@ -331,7 +376,11 @@ Runtime::CycleResult Runtime::cycle() {
   }
   warnStalls();
   if (control[static_cast<size_t>(slots) + 1] == 0) return CycleResult::kStop;
-  return ready.empty() ? CycleResult::kIdle : CycleResult::kWorked;
+  // A full negotiation may have changed what the cache bytes mean (a rank joined, so it now
+  // stands in for names the others submitted through the cache): cycle once more before
+  // resting, since no rank may have new work to start the next cycle (Note [idle engine]).
+  const bool negotiated = control[static_cast<size_t>(slots)] == 0;
+  return ready.empty() && !negotiated ? CycleResult::kIdle : CycleResult::kWorked;
 }
 
 // Exchanges the requests not served by the cache and applies them to the replicated table;
@@ -445,7 +494,7 @@ void Runtime::executeAllreduceGroup(const std::vector<const Response*>& group) {
   for (const Response* r : group) total += static_cast<size_t>(r->metas[static_cast<size_t>(rank_)].elements());
   std::string args;
   if (timeline_) {
-    args = "{\"algorithm\":\"" + comm_->algorithmFor("allreduce", total * elem) +
+    args = "{\"algorithm\":\"" + comm_->algorithmFor("allreduce", total * elem, o.op) +
            "\",\"bytes\":" + std::to_string(total * elem) + ",\"tensors\":" + std::to_string(group.size()) + "}";
     for (const Response* r : group) traceEnd(r->name);  // QUEUE
   }

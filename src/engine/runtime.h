@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/socket.h"
 #include "engine/negotiation.h"
 #include "engine/timeline.h"
 #include "hora/engine.h"
@@ -57,6 +58,10 @@ class Runtime {
   };
 
   void loop();
+  // Note [idle engine]: returns when this rank has something to negotiate or another rank
+  // started a cycle.
+  void waitUntilSomeRankHasWork();
+  void wakeUp();  // after queueing something for the engine thread
   enum class CycleResult { kIdle, kWorked, kStop };
   // One negotiation round and the execution of what it decided.
   CycleResult cycle();
@@ -81,7 +86,6 @@ class Runtime {
   const int rank_, size_;
 
   mutable std::mutex mutex_;  // guards queue_, stopping_, fatal_, stats_
-  std::condition_variable wake_;
   std::vector<Local> queue_;
   bool stopping_ = false;
   std::exception_ptr fatal_;
@@ -107,6 +111,7 @@ class Runtime {
   std::deque<std::string> recent_;
   uint64_t completed_ = 0;
 
+  common::Fd wake_fd_;  // eventfd: readable while the engine thread has something to pick up
   std::thread thread_;  // last: starts after everything above exists
 };
 

@@ -76,6 +76,11 @@ class Transport {
   // Runs every transfer to completion (Note [transfer sets]).
   virtual void run(std::span<Transfer> transfers, const OpTag& tag,
                    const common::Deadline& deadline) = 0;
+
+  // Blocks, without spinning, until a peer has sent bytes this rank has not read (the first
+  // message of a collective another rank entered; a lost peer counts too), `wake_fd` (if >= 0)
+  // is readable, or `timeout` passes. Reads nothing. Returns false on timeout.
+  virtual bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) = 0;
 };
 
 }  // namespace hora::transport

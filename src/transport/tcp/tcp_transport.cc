@@ -218,6 +218,36 @@ void TcpTransport::checkIdlePeer(int peer, std::vector<bool>& unwatched) {
   unwatched[static_cast<size_t>(peer)] = true;
 }
 
+bool TcpTransport::waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) {
+  const auto deadline = common::Deadline::after(timeout);
+  while (true) {
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    for (size_t p = 0; p < peers_.size(); ++p) {
+      if (static_cast<int>(p) == rank_ || departed_[p]) continue;
+      fds.push_back({peers_[p].fd.get(), static_cast<short>(POLLIN | POLLRDHUP), 0});
+      who.push_back(static_cast<int>(p));
+    }
+    if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.remaining());
+    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(left.count(), 0)));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    if (wake_fd >= 0 && fds.back().revents != 0) return true;
+    for (size_t i = 0; i < who.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      // A goodbye is no collective: that peer is done, keep waiting for the others.
+      FrameHeader h;
+      const ssize_t r = ::recv(fds[i].fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+      if (r == static_cast<ssize_t>(sizeof(h)) && h.magic == kFrameMagic && h.kind == FrameKind::kGoodbye) {
+        departed_[static_cast<size_t>(who[i])] = true;
+        continue;
+      }
+      return true;  // data, or a closed connection that the next collective will name
+    }
+  }
+}
+
 void TcpTransport::failTimeout(const std::vector<PeerRun>& runs, const OpTag& tag,
                                const common::Deadline& deadline) {
   std::string owed;

@@ -33,6 +33,7 @@ class TcpTransport final : public Transport {
   std::string describePeer(int rank) const override;
   void run(std::span<Transfer> transfers, const OpTag& tag,
            const common::Deadline& deadline) override;
+  bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) override;
 
   // Tests only: the raw socket to `peer`, to inject garbage.
   int socketForTesting(int peer) const { return peers_[static_cast<size_t>(peer)].fd.get(); }
