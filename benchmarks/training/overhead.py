@@ -31,28 +31,32 @@ def main():
         hvd.allreduce(x, name="tiny")
     per_call = (time.perf_counter() - t) / n * 1e6
 
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(24):
-        layers += [torch.nn.Linear(7, 7), torch.nn.Tanh()]
-    model = torch.nn.Sequential(*layers)
-    data = torch.randn(16, 7)
+    def make_model():
+        torch.manual_seed(0)
+        layers = []
+        for _ in range(24):
+            layers += [torch.nn.Linear(7, 7), torch.nn.Tanh()]
+        return torch.nn.Sequential(*layers)
 
-    def steps(opt, count):
+    data = torch.randn(16, 7)
+    plain_model, wrapped_model = make_model(), make_model()
+    plain = torch.optim.SGD(plain_model.parameters(), lr=1e-3)
+    wrapped = hvd.DistributedOptimizer(torch.optim.SGD(wrapped_model.parameters(), lr=1e-3),
+                                       named_parameters=wrapped_model.named_parameters())
+
+    def steps(model, opt, count):
         for _ in range(count):
             opt.zero_grad()
             model(data).sum().backward()
             opt.step()
 
-    plain = torch.optim.SGD(model.parameters(), lr=1e-3)
-    wrapped = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-3),
-                                       named_parameters=model.named_parameters())
     results = {}
-    for name, opt in (("without", plain), ("with", wrapped), ("without", plain), ("with", wrapped)):
-        steps(opt, 50)
+    runs = (("without", plain_model, plain), ("with", wrapped_model, wrapped)) * 2
+    for name, model, opt in runs:
+        steps(model, opt, 50)
         hvd.barrier()
         t = time.perf_counter()
-        steps(opt, 500)
+        steps(model, opt, 500)
         results.setdefault(name, []).append((time.perf_counter() - t) / 500 * 1e6)
     hvd.barrier()
     if hvd.rank() == 0:
