@@ -582,7 +582,8 @@ TEST(Engine, BarrierReturnsOnlyAfterEveryRankEnteredIt) {
 }
 
 TEST(Engine, ProcessSetsNegotiateApartAndDoNotBlockEachOther) {
-  expectNoErrors(runEngines(4, [](Engine& e) {
+  std::atomic<int> low_done{0};  // ranks 0 and 1 finished their set's steps
+  expectNoErrors(runEngines(4, [&](Engine& e) {
     const int r = e.identity().rank;
     const int low = e.addProcessSet({0, 1});
     const int high = e.addProcessSet({2, 3});
@@ -593,7 +594,9 @@ TEST(Engine, ProcessSetsNegotiateApartAndDoNotBlockEachOther) {
 
     // Rank 3 holds back a world allreduce; the sets' own collectives go on meanwhile.
     std::vector<float> world(1), local(1), big(600000);
-    if (r == 3) std::this_thread::sleep_for(1500ms);
+    if (r == 3) {  // until the low set is through (bounded: a failure must not hang the test)
+      for (int i = 0; i < 6000 && low_done.load() < 2; ++i) std::this_thread::sleep_for(10ms);
+    }
     Handle slow = submitFilled(e, "world", world, static_cast<float>(r + 1), ReduceOp::kSum);
     for (int step = 0; step < 20; ++step) {
       submitFilled(e, "local", local, static_cast<float>(r + step), ReduceOp::kSum, mine).wait(30s);
@@ -604,6 +607,7 @@ TEST(Engine, ProcessSetsNegotiateApartAndDoNotBlockEachOther) {
     }
     if (r < 2) {
       EXPECT_FALSE(slow.poll()) << "the world allreduce finished before rank 3 submitted it";
+      ++low_done;
     }
     slow.wait(30s);
     EXPECT_EQ(world[0], 10.0f);
