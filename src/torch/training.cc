@@ -1,0 +1,250 @@
+// hora::torch's training helpers: starting every rank from the same state, averaging metrics,
+// and the DistributedOptimizer.
+#include <algorithm>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+
+#include "hora/torch.h"
+
+namespace hora::torch {
+
+namespace {
+
+// This rank's number within a process set (the numbering root_rank uses).
+int rankInSet(int process_set) {
+  if (process_set == 0) return rank();
+  std::vector<int> ranks = engine().processSetRanks(process_set);
+  auto it = std::find(ranks.begin(), ranks.end(), rank());
+  if (it == ranks.end()) {
+    throw InvalidArgumentError("rank " + std::to_string(rank()) + " is not in process set " +
+                               std::to_string(process_set));
+  }
+  return static_cast<int>(it - ranks.begin());
+}
+
+// root's bytes on every rank: their length, then the bytes.
+std::string broadcastBytes(const std::string& bytes, int root_rank, const std::string& name, int process_set) {
+  bool root = rankInSet(process_set) == root_rank;
+  at::Tensor length = at::tensor({static_cast<int64_t>(root ? bytes.size() : 0)}, at::kLong);
+  broadcast_(length, root_rank, {name + ".length", process_set});
+  at::Tensor payload = at::empty({length.item<int64_t>()}, at::kByte);
+  if (root) std::copy(bytes.begin(), bytes.end(), static_cast<char*>(payload.data_ptr()));
+  broadcast_(payload, root_rank, {name + ".data", process_set});
+  return std::string(static_cast<const char*>(payload.data_ptr()), payload.numel());
+}
+
+std::string groupOptionsKey(size_t group) { return "hora/param_group_options/" + std::to_string(group); }
+
+}  // namespace
+
+void broadcast_parameters(const ::torch::OrderedDict<std::string, at::Tensor>& params, int root_rank,
+                          int process_set) {
+  ::torch::NoGradGuard no_grad;  // writing into parameters is not part of any graph
+  std::vector<TensorHandle> handles;
+  handles.reserve(params.size());
+  for (const auto& item : params) {
+    at::Tensor tensor = item.value();
+    if (!tensor.defined()) continue;
+    handles.push_back(broadcast_async_(tensor, root_rank, {"broadcast." + item.key(), process_set}));
+  }
+  for (const TensorHandle& h : handles) h.wait();
+}
+
+// The state travels as libtorch's own serialization of the optimizer (every optimizer class
+// knows how to save and load its state, keyed by parameter position), plus each param group's
+// options, which Optimizer::load leaves alone.
+void broadcast_optimizer_state(::torch::optim::Optimizer& optimizer, int root_rank, int process_set) {
+  bool root = rankInSet(process_set) == root_rank;
+  std::string bytes;
+  if (root) {
+    ::torch::serialize::OutputArchive archive;
+    optimizer.save(archive);
+    for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+      ::torch::serialize::OutputArchive options(archive.compilation_unit());
+      optimizer.param_groups()[g].options().serialize(options);
+      archive.write(groupOptionsKey(g), options);
+    }
+    std::ostringstream out;
+    archive.save_to(out);
+    bytes = out.str();
+  }
+  bytes = broadcastBytes(bytes, root_rank, "broadcast_optimizer_state", process_set);
+  if (root) return;
+  try {
+    ::torch::serialize::InputArchive archive;
+    std::istringstream in(bytes);
+    archive.load_from(in);
+    optimizer.state().clear();  // root's state may still be empty
+    optimizer.load(archive);
+    for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+      ::torch::serialize::InputArchive options;
+      archive.read(groupOptionsKey(g), options);
+      optimizer.param_groups()[g].options().serialize(options);
+    }
+  } catch (const c10::Error& e) {
+    throw InvalidArgumentError("broadcast_optimizer_state: rank " + std::to_string(root_rank) +
+                               "'s optimizer state does not fit this rank's optimizer (another class, or other "
+                               "parameters?): " + e.what_without_backtrace());
+  }
+}
+
+std::vector<double> average_metrics(const std::vector<double>& values, const std::string& name, int process_set) {
+  at::Tensor t = at::tensor(values, at::kDouble);
+  ReduceOptions options;
+  options.name = "average_metrics." + name;
+  options.process_set = process_set;
+  allreduce_(t, options);
+  return std::vector<double>(t.data_ptr<double>(), t.data_ptr<double>() + t.numel());
+}
+
+// --- DistributedOptimizer -------------------------------------------------------------------------
+
+// Runs after autograd has accumulated a parameter's gradient for this backward pass.
+struct DistributedOptimizer::Hook : ::torch::autograd::FunctionPostHook {
+  Hook(DistributedOptimizer* o, size_t i) : owner(o), index(i) {}
+  ::torch::autograd::variable_list operator()(const ::torch::autograd::variable_list& outputs,
+                                              const ::torch::autograd::variable_list&) override {
+    owner->onGradient(index);
+    return outputs;
+  }
+  DistributedOptimizer* owner;
+  size_t index;
+};
+
+DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> optimizer,
+                                           const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
+                                           DistributedOptimizerOptions options)
+    : optimizer_(std::move(optimizer)), options_(options) {
+  if (!optimizer_) throw InvalidArgumentError("DistributedOptimizer: the optimizer is null");
+  if (options_.backward_passes_per_step < 1) {
+    throw InvalidArgumentError("DistributedOptimizer: backward_passes_per_step must be at least 1, got " +
+                               std::to_string(options_.backward_passes_per_step));
+  }
+  if (options_.op != ReduceOp::kAverage && options_.op != ReduceOp::kSum) {
+    throw InvalidArgumentError("DistributedOptimizer: op must be Average or Sum");
+  }
+  if (options_.gradient_predivide_factor != 1.0 && options_.op != ReduceOp::kAverage) {
+    throw InvalidArgumentError("DistributedOptimizer: gradient_predivide_factor needs op Average");
+  }
+  std::unordered_map<const void*, std::string> names;
+  for (const auto& item : named_parameters) names[item.value().unsafeGetTensorImpl()] = item.key();
+  for (const auto& group : optimizer_->param_groups()) {
+    for (const at::Tensor& p : group.params()) {
+      if (!p.requires_grad()) continue;
+      auto name = names.find(p.unsafeGetTensorImpl());
+      if (name == names.end()) {
+        throw InvalidArgumentError(
+            "DistributedOptimizer: a parameter of the optimizer (shape " + c10::str(p.sizes()) +
+            ") is not among named_parameters; its gradient could not be matched across ranks");
+      }
+      Parameter param;
+      param.name = "allreduce." + name->second;
+      param.tensor = p;
+      param.passes_left = options_.backward_passes_per_step;
+      params_.push_back(std::move(param));
+    }
+  }
+  int set_size = options_.process_set == 0 ? size()
+                                           : static_cast<int>(engine().processSetRanks(options_.process_set).size());
+  if (set_size == 1) return;  // nothing to average: no hooks
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Parameter& p = params_[i];
+    if (!p.tensor.grad().defined()) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
+    p.accumulator = ::torch::autograd::impl::grad_accumulator(p.tensor);
+    p.hook_key = p.accumulator->add_post_hook(std::make_unique<Hook>(this, i));
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  for (Parameter& p : params_) {
+    if (p.accumulator) p.accumulator->del_post_hook(p.hook_key);
+  }
+}
+
+void DistributedOptimizer::onGradient(size_t index) {
+  std::lock_guard lock(mutex_);
+  Parameter& p = params_[index];
+  if (p.in_flight) {
+    throw InvalidArgumentError("DistributedOptimizer: the gradient of " + p.name.substr(10) +
+                               " was computed more than backward_passes_per_step (" +
+                               std::to_string(options_.backward_passes_per_step) +
+                               ") times before step(); raise backward_passes_per_step to accumulate locally");
+  }
+  synchronized_ = false;
+  if (--p.passes_left == 0) startAllreduce(p);
+}
+
+void DistributedOptimizer::startAllreduce(Parameter& p) {
+  at::Tensor& grad = p.tensor.mutable_grad();
+  if (!grad.defined()) grad = at::zeros_like(p.tensor);  // not used in this pass
+  bool fp16 = options_.compression == Compression::kFP16 && grad.is_floating_point() &&
+              grad.scalar_type() != at::kHalf;
+  p.wire = fp16 ? grad.to(at::kHalf) : grad;
+  ReduceOptions reduce;
+  reduce.name = p.name;
+  reduce.op = options_.op;
+  reduce.process_set = options_.process_set;
+  if (options_.op == ReduceOp::kAverage) {
+    // Average divides by the number of ranks after the sum; the predivide factor moves part of
+    // that division before it.
+    reduce.prescale_factor = 1.0 / options_.gradient_predivide_factor;
+    reduce.postscale_factor = options_.gradient_predivide_factor;
+  }
+  p.handle = allreduce_async_(p.wire, reduce);
+  p.in_flight = true;
+}
+
+void DistributedOptimizer::synchronize() {
+  std::lock_guard lock(mutex_);
+  if (params_.empty() || !params_.front().accumulator) {  // a job of one: nothing to average
+    synchronized_ = true;
+    return;
+  }
+  // Gradients whose hooks did not run (unused parameters, or fewer backward passes than
+  // backward_passes_per_step) are reduced now, so every rank issues the same names.
+  for (Parameter& p : params_) {
+    if (!p.in_flight) startAllreduce(p);
+  }
+  std::exception_ptr error;
+  for (Parameter& p : params_) {
+    try {
+      at::Tensor reduced = p.handle.wait();
+      at::Tensor& grad = p.tensor.mutable_grad();
+      if (!reduced.is_same(grad)) {
+        ::torch::NoGradGuard no_grad;
+        grad.copy_(reduced);
+      }
+    } catch (...) {
+      if (!error) error = std::current_exception();
+    }
+    p.in_flight = false;
+    p.handle = TensorHandle();
+    p.wire = at::Tensor();
+    p.passes_left = options_.backward_passes_per_step;
+  }
+  if (error) std::rethrow_exception(error);
+  synchronized_ = true;
+}
+
+at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure closure) {
+  if (!synchronized_) synchronize();
+  synchronized_ = false;
+  return optimizer_->step(std::move(closure));
+}
+
+void DistributedOptimizer::zero_grad() {
+  {
+    std::lock_guard lock(mutex_);
+    for (const Parameter& p : params_) {
+      if (p.in_flight) {
+        throw InvalidArgumentError("DistributedOptimizer: zero_grad() was called after backward() but before "
+                                   "step() or synchronize(), while the gradient of " + p.name.substr(10) +
+                                   " is being averaged");
+      }
+    }
+  }
+  optimizer_->zero_grad();
+}
+
+}  // namespace hora::torch
