@@ -43,6 +43,7 @@ struct Args {
   int threads = 0;
   std::string checkpoint = "checkpoints/fashion_mnist_cpp.pt";
   bool resume = false;
+  std::string timeline;
   uint64_t seed = 42;
 };
 
@@ -195,6 +196,7 @@ int run(const Args& a) {
   int threads = a.threads ? a.threads : std::max(1, cores / hvd::local_size());  // hora: share the host
   torch::set_num_threads(threads);
   bool verbose = hvd::rank() == 0;                                              // hora: log on rank 0 only
+  if (!a.timeline.empty()) hvd::start_timeline(a.timeline);
 
   Split train = load(a.data_dir, "train"), test = load(a.data_dir, "t10k");
   if (a.train_limit > 0) train = {train.images.slice(0, 0, a.train_limit), train.labels.slice(0, 0, a.train_limit)};
@@ -305,6 +307,7 @@ int run(const Args& a) {
       break;
     }
   }
+  if (!a.timeline.empty()) hvd::stop_timeline();
   if (verbose) {
     std::printf("RESULT accuracy=%.4f target=%.2f reached=%s time_to_target_s=%.1f train_time_s=%.1f checkpoint=%s\n",
                 accuracy, a.target_accuracy, accuracy > a.target_accuracy ? "yes" : "no",
@@ -340,6 +343,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", a.threads, "torch threads per worker (0: cores / local workers)")->capture_default_str();
   app.add_option("--checkpoint", a.checkpoint, "written by rank 0 after every epoch")->capture_default_str();
   app.add_flag("--resume", a.resume, "continue from --checkpoint");
+  app.add_option("--timeline", a.timeline, "write hora's timeline (Chrome trace) to this file");
   app.add_option("--seed", a.seed)->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   try {
