@@ -27,6 +27,13 @@ struct RendezvousOptions {
   bool serve_store = false;           // this process serves the store (rank 0 without horarun)
 };
 
+// HORA_TRANSPORT: how the ranks of a communicator reach each other.
+enum class TransportChoice {
+  kAuto,          // shared memory when every rank is on this host, TCP otherwise
+  kSharedMemory,  // shared memory; an error when the ranks span hosts
+  kTcp,           // TCP, even on one host
+};
+
 struct CommunicatorOptions {
   // Deadline of every blocking call: a collective, connecting to peers, a store request.
   std::chrono::milliseconds timeout{30000};
@@ -38,6 +45,7 @@ struct CommunicatorOptions {
   size_t chunk_bytes = 256 * 1024;
   // How long a waiting rank retries, yielding the CPU, before it sleeps in poll().
   std::chrono::microseconds spin{50};
+  TransportChoice transport = TransportChoice::kAuto;
 
   static HORA_API CommunicatorOptions fromEnvironment();
 };

@@ -22,6 +22,7 @@
 #include "hora/errors.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_server.h"
+#include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
 namespace hora {
@@ -97,8 +98,23 @@ class CommunicatorImpl {
     mesh.advertise_host =
         options_.iface.empty() ? store_->localHost() : common::interfaceAddress(options_.iface);
     auto peers = transport::tcp::connectMesh(mesh, *store_, deadline);
-    transport_ = std::make_unique<transport::tcp::TcpTransport>(
-        identity_.rank, std::move(peers), options_.chunk_bytes, options_.spin);
+    const bool one_host = identity_.local_size == identity_.size;
+    if (options_.transport == TransportChoice::kSharedMemory && !one_host) {
+      throw InvalidArgumentError("HORA_TRANSPORT=shm: the " + std::to_string(identity_.size) + " ranks span " +
+                                 std::to_string(identity_.cross_size) +
+                                 " hosts; shared memory needs them on one (use auto or tcp)");
+    }
+    if (options_.transport != TransportChoice::kTcp && one_host) {
+      transport::shm::ShmOptions shm;
+      shm.chunk_bytes = options_.chunk_bytes;
+      shm.spin = options_.spin;
+      shm.key_prefix = rendezvous_.prefix;
+      transport_ = std::make_unique<transport::shm::ShmTransport>(identity_.rank, std::move(peers), shm, *store_,
+                                                                  deadline);
+    } else {
+      transport_ = std::make_unique<transport::tcp::TcpTransport>(identity_.rank, std::move(peers),
+                                                                  options_.chunk_bytes, options_.spin);
+    }
   }
 
   const Identity& identity() const { return identity_; }
@@ -106,7 +122,7 @@ class CommunicatorImpl {
   int size() const { return identity_.size; }
   int rank() const { return identity_.rank; }
   const CommunicatorOptions& options() const { return options_; }
-  transport::tcp::TcpTransport* transport() { return transport_.get(); }
+  transport::Transport* transport() { return transport_.get(); }
 
   // Runs one collective: numbers it, and turns the first failure into a broken communicator
   // whose error carries the other ranks' reports (Note [failure reports]).
@@ -152,7 +168,7 @@ class CommunicatorImpl {
   CommunicatorOptions options_;
   RendezvousOptions rendezvous_;
   std::unique_ptr<rendezvous::TcpStore> store_;
-  std::unique_ptr<transport::tcp::TcpTransport> transport_;
+  std::unique_ptr<transport::Transport> transport_;
   uint32_t sequence_ = 0;
   collectives::FlightRecorder recorder_;
   std::vector<std::byte> scratch_;

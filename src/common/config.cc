@@ -58,9 +58,15 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
                                " is invalid: expected a multiple of 16");
   o.spin = std::chrono::microseconds(env.getInt("HORA_SPIN_MICROSECONDS", 0, 1000000));
   const std::string transport = env.getString("HORA_TRANSPORT");
-  if (transport != "auto" && transport != "tcp")
-    throw InvalidArgumentError("HORA_TRANSPORT='" + transport +
-                               "' is invalid: expected auto or tcp (this build has TCP only)");
+  if (transport == "auto") {
+    o.transport = TransportChoice::kAuto;
+  } else if (transport == "shm") {
+    o.transport = TransportChoice::kSharedMemory;
+  } else if (transport == "tcp") {
+    o.transport = TransportChoice::kTcp;
+  } else {
+    throw InvalidArgumentError("HORA_TRANSPORT='" + transport + "' is invalid: expected auto, shm or tcp");
+  }
   const std::string level = env.getString("HORA_LOG_LEVEL");
   if (!setLogLevel(level))
     throw InvalidArgumentError("HORA_LOG_LEVEL='" + level +

@@ -90,7 +90,8 @@ constexpr KnobSpec kKnobs[] = {
     {"HORA_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", G::kTuning, "30",
      "Deadline of every blocking wait: a collective, connecting to peers, a store request."},
     {"HORA_TRANSPORT", "", G::kTuning, "auto",
-     "Transport between ranks: auto or tcp (shared memory comes with a later release)."},
+     "Transport between ranks: auto (shared memory when every rank of a communicator is on one "
+     "host, TCP otherwise), shm (shared memory; an error across hosts) or tcp."},
 };
 
 std::string badValue(std::string_view name, const std::string& value, std::string_view want) {

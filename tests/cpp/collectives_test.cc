@@ -29,11 +29,13 @@ std::vector<size_t> smallCounts(int n) {
 
 // How the algorithms are forced: the defaults, everything through the ring with tiny chunks
 // (many chunks per segment, so the pipelining is exercised), or recursive doubling throughout.
-enum class Mode { kDefault, kRingTinyChunks, kTreeOnly };
+// The ranks are threads of one host, so these run over shared memory; the kTcp modes force TCP.
+enum class Mode { kDefault, kRingTinyChunks, kTreeOnly, kTcp, kTcpRingTinyChunks };
 
 CommunicatorOptions optionsFor(Mode m) {
   CommunicatorOptions o = testOptions();
-  if (m == Mode::kRingTinyChunks) {
+  if (m == Mode::kTcp || m == Mode::kTcpRingTinyChunks) o.transport = TransportChoice::kTcp;
+  if (m == Mode::kRingTinyChunks || m == Mode::kTcpRingTinyChunks) {
     o.ring_threshold_bytes = 0;
     o.chunk_bytes = 48;
   } else if (m == Mode::kTreeOnly) {
@@ -52,7 +54,7 @@ void PrintTo(const Param& p, std::ostream* os) {
 }
 
 std::string paramName(const ::testing::TestParamInfo<Param>& info) {
-  static const char* kModes[] = {"default", "ring_tiny_chunks", "tree_only"};
+  static const char* kModes[] = {"default", "ring_tiny_chunks", "tree_only", "tcp", "tcp_ring_tiny_chunks"};
   return "np" + std::to_string(info.param.size) + "_" + kModes[static_cast<int>(info.param.mode)];
 }
 
@@ -109,7 +111,7 @@ TEST_P(Collectives, Allreduce) {
     for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64})
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax})
         runAllreduce(c, t, op, 1023, false, 2.0, 0.5);
-    if (largeSizes() && GetParam().mode == Mode::kDefault) {
+    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp)) {
       for (DataType t : kAllTypes) runAllreduce(c, t, ReduceOp::kSum, (1 << 20) + 3, false);
       runAllreduce(c, DataType::kFloat32, ReduceOp::kAverage, (1 << 20) + 3, true, 1.0, 3.0);
       if (n() <= 3) {
@@ -157,7 +159,7 @@ TEST_P(Collectives, Allgather) {
           runAllgather(c, t, std::vector<size_t>(static_cast<size_t>(n()), count), in_place);
           runAllgather(c, t, unevenCounts(n(), count), in_place);
         }
-    if (largeSizes() && GetParam().mode == Mode::kDefault) {
+    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp)) {
       runAllgather(c, DataType::kFloat32, unevenCounts(n(), ((1 << 20) + 3) / static_cast<size_t>(n())), false);
       if (n() <= 3)
         runAllgather(c, DataType::kFloat32, std::vector<size_t>(static_cast<size_t>(n()), (size_t{16} << 20) / static_cast<size_t>(n())), true);
@@ -184,7 +186,7 @@ TEST_P(Collectives, Broadcast) {
     for (DataType t : kAllTypes)
       for (size_t count : smallCounts(n()))
         for (int root = 0; root < n(); ++root) runBroadcast(c, t, count, root);
-    if (largeSizes() && GetParam().mode == Mode::kDefault) {
+    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp)) {
       runBroadcast(c, DataType::kFloat64, (1 << 20) + 3, n() - 1);
       if (n() <= 3) runBroadcast(c, DataType::kFloat32, size_t{16} << 20, 0);
     }
@@ -215,7 +217,7 @@ TEST_P(Collectives, Reducescatter) {
             runReducescatter(c, t, op, std::vector<size_t>(static_cast<size_t>(n()), count), in_place);
             runReducescatter(c, t, op, unevenCounts(n(), count), in_place);
           }
-    if (largeSizes() && GetParam().mode == Mode::kDefault) {
+    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp)) {
       runReducescatter(c, DataType::kFloat32, ReduceOp::kSum, unevenCounts(n(), ((1 << 20) + 3) / static_cast<size_t>(n())), false);
       if (n() <= 3)
         runReducescatter(c, DataType::kBFloat16, ReduceOp::kSum, std::vector<size_t>(static_cast<size_t>(n()), (size_t{16} << 20) / static_cast<size_t>(n())), true);
@@ -259,7 +261,7 @@ TEST_P(Collectives, Alltoall) {
   runThreads(n(), [&](Communicator& c) {
     for (DataType t : kAllTypes)
       for (size_t count : smallCounts(n())) runAlltoall(c, t, count);
-    if (largeSizes() && GetParam().mode == Mode::kDefault)
+    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp))
       runAlltoall(c, DataType::kInt32, ((1 << 20) + 3) / static_cast<size_t>(n()));
   }, options());
 }
@@ -280,7 +282,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{4, Mode::kDefault}, Param{5, Mode::kDefault}, Param{8, Mode::kDefault},
                       Param{2, Mode::kRingTinyChunks}, Param{3, Mode::kRingTinyChunks},
                       Param{5, Mode::kRingTinyChunks}, Param{3, Mode::kTreeOnly},
-                      Param{5, Mode::kTreeOnly}, Param{8, Mode::kTreeOnly}),
+                      Param{5, Mode::kTreeOnly}, Param{8, Mode::kTreeOnly}, Param{2, Mode::kTcp},
+                      Param{3, Mode::kTcp}, Param{5, Mode::kTcp}, Param{3, Mode::kTcpRingTinyChunks}),
     paramName);
 
 }  // namespace

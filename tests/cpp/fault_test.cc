@@ -4,6 +4,8 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <vector>
 
 #include "collectives/flight_recorder.h"
@@ -40,9 +42,27 @@ void expectNamed(const WorkerOutcome& o, int rank, const std::string& victim) {
       << "rank " << rank << " output does not name " << victim << ":\n" << o.output;
 }
 
-TEST(Faults, SigkillOneRankEveryOtherRankNamesItWithinTwoSeconds) {
+// Every fault test runs over shared memory (the ranks are processes of one host) and over TCP.
+class Faults : public ::testing::TestWithParam<std::string> {
+ protected:
+  std::map<std::string, std::string> env(std::map<std::string, std::string> more = {}) const {
+    more["HORA_TRANSPORT"] = GetParam();
+    return more;
+  }
+};
+
+// What hora left in /dev/shm (segments are named /hora.<pid>.<n>).
+std::vector<std::string> horaSegments() {
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    if (entry.path().filename().string().rfind("hora.", 0) == 0) left.push_back(entry.path().string());
+  }
+  return left;
+}
+
+TEST_P(Faults, SigkillOneRankEveryOtherRankNamesItWithinTwoSeconds) {
   constexpr int kRanks = 4, kVictim = 2;
-  ProcessJob job(kRanks, "allreduce_stream");
+  ProcessJob job(kRanks, "allreduce_stream", env());
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job.waitForOutput(r, "ready", 30s)) << "rank " << r;
   std::this_thread::sleep_for(100ms);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -56,11 +76,13 @@ TEST(Faults, SigkillOneRankEveryOtherRankNamesItWithinTwoSeconds) {
     EXPECT_LT(o.ended - killed_at, 2s) << "rank " << r << " took too long to fail";
     if (r == 0) std::printf("rank 0 reported:\n%s\n", o.output.c_str());
   }
+  // The segments were unlinked once mapped: a killed job leaves nothing behind.
+  EXPECT_TRUE(horaSegments().empty()) << "left in /dev/shm: " << horaSegments().front();
 }
 
-TEST(Faults, SigstopOneRankOthersTimeOutNamingIt) {
+TEST_P(Faults, SigstopOneRankOthersTimeOutNamingIt) {
   constexpr int kRanks = 4, kVictim = 1;
-  ProcessJob job(kRanks, "allreduce_stream", {{"HORA_TIMEOUT_SECONDS", "3"}});
+  ProcessJob job(kRanks, "allreduce_stream", env({{"HORA_TIMEOUT_SECONDS", "3"}}));
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job.waitForOutput(r, "ready", 30s)) << "rank " << r;
   const auto stopped_at = std::chrono::steady_clock::now();
   ::kill(job.pid(kVictim), SIGSTOP);
@@ -89,6 +111,9 @@ TEST(Faults, SigstopOneRankOthersTimeOutNamingIt) {
     if (r == 0) std::printf("rank 0 reported:\n%s\n", o.output.c_str());
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, Faults, ::testing::Values("shm", "tcp"),
+                         [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 HORA_WORKER_SCENARIO(two_communicators) {
   auto a = Communicator::fromEnvironment();

@@ -1,0 +1,519 @@
+#include "transport/shm/shm_transport.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "common/logging.h"
+
+namespace hora::transport::shm {
+
+// Note [shm rings]: the channel from rank s to rank r lives in r's inbox: a ring of kRingChunks
+// chunks and two positions on their own cache lines, `written` (advanced by s) and `consumed`
+// (advanced by r), both counting bytes since the start and never wrapping. The ring carries a
+// stream of messages, each a 16-byte header (magic, collective sequence and op, length) and the
+// payload padded to 16 bytes, so every position a reader can see is 16-aligned and a header never
+// straddles the end of the ring. The writer copies data in and then publishes `written`
+// (release); the reader reads in place and then publishes `consumed` (release). Each side only
+// ever writes its own position, so no locks.
+//
+// Sleeping: a rank with nothing to do sets `sleeping` in its inbox header, reads the futex word
+// `doorbell`, checks once more that no ring has moved, and waits on the futex. Whoever moves a
+// ring the sleeper waits on (new data for it, or room freed in a ring it writes) bumps the
+// doorbell and wakes it when `sleeping` is set. A full fence sits between publishing a position
+// and reading `sleeping`, and between setting `sleeping` and checking the rings, so one of the
+// two sides always sees the other (no lost wake-up).
+//
+// Note [shm liveness]: shared memory cannot tell that a peer died, but the TCP mesh that set the
+// job up can: its sockets stay open, carrying only two kinds of byte, kWake (wake an idle
+// engine, see waitForIncoming) and kGoodbye (sent by a rank shutting down cleanly). A socket that
+// closes without a goodbye belongs to a dead peer. A rank blocked in run() wakes every
+// kLivenessCheck to look at the sockets of the peers it waits for.
+
+namespace {
+
+constexpr uint32_t kInboxMagic = 0x484f5348;    // "HOSH"
+constexpr uint32_t kMessageMagic = 0x484f534d;  // "HOSM"
+constexpr size_t kRingChunks = 4;
+constexpr size_t kHeaderBytes = 16;
+constexpr char kWake = 'W';
+constexpr char kGoodbye = 'G';
+constexpr auto kLivenessCheck = std::chrono::milliseconds(20);
+constexpr auto kSlowYield = std::chrono::microseconds(200);
+
+size_t roundUp16(size_t n) { return (n + 15) & ~size_t{15}; }
+
+struct MessageHeader {
+  uint32_t magic;
+  uint32_t sequence;
+  uint32_t op;
+  uint32_t bytes_low;  // payload length; collectives larger than 4 GiB are split by the caller
+};
+static_assert(sizeof(MessageHeader) == kHeaderBytes);
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+}  // namespace
+
+struct ShmTransport::Channel {
+  alignas(64) std::atomic<uint64_t> written;
+  alignas(64) std::atomic<uint64_t> consumed;
+};
+
+struct ShmTransport::Inbox {
+  struct alignas(64) Header {
+    uint32_t magic;
+    uint32_t size;
+    uint64_t ring_bytes;
+    std::atomic<uint32_t> doorbell;  // futex word
+    std::atomic<uint32_t> sleeping;  // 1 while the owner sleeps on the doorbell
+    std::atomic<uint32_t> idle;      // 1 while the owner's engine sleeps in waitForIncoming
+  };
+  Header header;
+  // Followed by Channel[size] and then size rings of ring_bytes each.
+
+  static size_t bytesFor(int size, size_t ring_bytes) {
+    return sizeof(Inbox) + sizeof(Channel) * static_cast<size_t>(size) + ring_bytes * static_cast<size_t>(size);
+  }
+  Channel& channel(int from) { return reinterpret_cast<Channel*>(this + 1)[from]; }
+  std::byte* ringOf(int from) {
+    auto* rings = reinterpret_cast<std::byte*>(reinterpret_cast<Channel*>(this + 1) + header.size);
+    return rings + header.ring_bytes * static_cast<size_t>(from);
+  }
+};
+
+struct ShmTransport::Lane {
+  std::vector<Transfer*> queue;
+  size_t head = 0;
+  bool header_done = false;
+  bool idle() const { return head == queue.size(); }
+};
+
+struct ShmTransport::PeerRun {
+  Lane send;
+  Lane recv;
+};
+
+namespace {
+
+// Creates, sizes and maps a new segment; returns its name.
+std::pair<std::string, void*> createSegment(size_t bytes) {
+  static std::atomic<uint64_t> counter{0};
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    std::string name = "/hora." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) throw InternalError("shm_open(" + name + ") failed: " + std::strerror(errno));
+    void* p = MAP_FAILED;
+    if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0)
+      p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    const int error = errno;
+    ::close(fd);
+    if (p == MAP_FAILED) {
+      ::shm_unlink(name.c_str());
+      throw InternalError("cannot make a shared-memory segment of " + std::to_string(bytes) + " bytes (" + name +
+                          "): " + std::strerror(error) + " (is /dev/shm full?)");
+    }
+    return {name, p};
+  }
+  throw InternalError("cannot find a free shared-memory segment name");
+}
+
+void* mapSegment(const std::string& name, size_t bytes, int peer) {
+  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+  if (fd < 0) {
+    throw PeerError("cannot open rank " + std::to_string(peer) + "'s shared-memory segment " + name + ": " +
+                    std::strerror(errno) + " (is it on another host, or in another /dev/shm? HORA_TRANSPORT=tcp)");
+  }
+  struct stat st {};
+  void* p = MAP_FAILED;
+  if (::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == bytes)
+    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (p == MAP_FAILED) {
+    throw PeerError("cannot map rank " + std::to_string(peer) + "'s shared-memory segment " + name +
+                    " (size " + std::to_string(st.st_size) + ", expected " + std::to_string(bytes) + ")");
+  }
+  return p;
+}
+
+}  // namespace
+
+ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, const ShmOptions& options,
+                           rendezvous::Store& store, const common::Deadline& deadline)
+    : rank_(rank), options_(options), peers_(std::move(peers)), inboxes_(peers_.size(), nullptr),
+      written_(peers_.size(), 0), consumed_(peers_.size(), 0), departed_(peers_.size(), false),
+      closed_(peers_.size(), false) {
+  const int n = size();
+  const size_t ring_bytes = roundUp16(std::max<size_t>(options_.chunk_bytes * kRingChunks, 4096));
+  const size_t bytes = Inbox::bytesFor(n, ring_bytes);
+  auto [name, mine] = createSegment(bytes);
+  try {
+    auto* inbox = new (mine) Inbox{};
+    inbox->header.magic = kInboxMagic;
+    inbox->header.size = static_cast<uint32_t>(n);
+    inbox->header.ring_bytes = ring_bytes;
+    for (int p = 0; p < n; ++p) new (&inbox->channel(p)) Channel{};
+    inboxes_[static_cast<size_t>(rank_)] = inbox;
+    const std::string prefix = options_.key_prefix + "shm/";
+    store.set(prefix + std::to_string(rank_), name, deadline);
+    for (int p = 0; p < n; ++p) {
+      if (p == rank_) continue;
+      const std::string peer_name = store.get(prefix + std::to_string(p), deadline);
+      auto* peer = static_cast<Inbox*>(mapSegment(peer_name, bytes, p));
+      inboxes_[static_cast<size_t>(p)] = peer;
+      if (peer->header.magic != kInboxMagic || peer->header.size != static_cast<uint32_t>(n) ||
+          peer->header.ring_bytes != ring_bytes) {
+        throw MismatchError("rank " + std::to_string(p) + "'s shared-memory segment has another layout " +
+                            "(HORA_CHUNK_BYTES differs between ranks?)");
+      }
+    }
+    // Everyone has mapped everything: the names can go, so nothing outlives the job.
+    store.set(prefix + "mapped/" + std::to_string(rank_), "1", deadline);
+    for (int p = 0; p < n; ++p) {
+      if (p != rank_) store.get(prefix + "mapped/" + std::to_string(p), deadline);
+    }
+    ::shm_unlink(name.c_str());
+  } catch (...) {
+    ::shm_unlink(name.c_str());
+    for (Inbox* inbox : inboxes_) {
+      if (inbox) ::munmap(inbox, bytes);
+    }
+    throw;
+  }
+  for (auto& p : peers_) {
+    if (p.fd.valid()) common::setNonBlocking(p.fd.get());
+  }
+}
+
+ShmTransport::~ShmTransport() {
+  for (size_t p = 0; p < peers_.size(); ++p) {
+    if (!peers_[p].fd.valid()) continue;
+    if (!broken_) {
+      [[maybe_unused]] auto n = ::send(peers_[p].fd.get(), &kGoodbye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    ::shutdown(peers_[p].fd.get(), SHUT_WR);
+  }
+  const size_t bytes = Inbox::bytesFor(size(), inboxes_[static_cast<size_t>(rank_)]->header.ring_bytes);
+  for (Inbox* inbox : inboxes_) ::munmap(inbox, bytes);
+}
+
+std::string ShmTransport::describePeer(int rank) const {
+  return "rank " + std::to_string(rank) + " (shared memory; " + peers_[static_cast<size_t>(rank)].address + ")";
+}
+
+void ShmTransport::fail(Error error) {
+  broken_ = error;
+  rethrowAs(error);
+}
+
+ShmTransport::Channel& ShmTransport::outgoing(int peer) { return inboxes_[static_cast<size_t>(peer)]->channel(rank_); }
+ShmTransport::Channel& ShmTransport::incoming(int peer) { return inboxes_[static_cast<size_t>(rank_)]->channel(peer); }
+
+void ShmTransport::ring(int peer, bool wake_idle) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // Note [shm rings]: publish, then look
+  auto& h = inboxes_[static_cast<size_t>(peer)]->header;
+  if (h.sleeping.load(std::memory_order_relaxed) != 0) {
+    h.doorbell.fetch_add(1, std::memory_order_seq_cst);
+    futex(&h.doorbell, FUTEX_WAKE, 1, nullptr);
+  }
+  if (wake_idle && h.idle.load(std::memory_order_relaxed) != 0 && h.idle.exchange(0) != 0) {
+    [[maybe_unused]] auto n = ::send(peers_[static_cast<size_t>(peer)].fd.get(), &kWake, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
+}
+
+bool ShmTransport::progressSend(int peer, Lane& lane, const OpTag& tag) {
+  bool progressed = false;
+  Channel& ch = outgoing(peer);
+  const size_t capacity = inboxes_[static_cast<size_t>(peer)]->header.ring_bytes;
+  std::byte* ring_data = inboxes_[static_cast<size_t>(peer)]->ringOf(rank_);
+  uint64_t& w = written_[static_cast<size_t>(peer)];
+  while (!lane.idle()) {
+    Transfer& t = *lane.queue[lane.head];
+    size_t room = capacity - static_cast<size_t>(w - ch.consumed.load(std::memory_order_acquire));
+    if (!lane.header_done) {
+      if (room < kHeaderBytes) break;
+      const MessageHeader h{kMessageMagic, tag.sequence, tag.op, static_cast<uint32_t>(t.bytes)};
+      std::memcpy(ring_data + w % capacity, &h, sizeof(h));
+      w += kHeaderBytes;
+      room -= kHeaderBytes;
+      lane.header_done = true;
+      progressed = true;
+    }
+    const size_t ready = t.ready ? std::min(*t.ready, t.bytes) : t.bytes;
+    size_t n = std::min({ready - t.done, room, capacity - w % capacity, options_.chunk_bytes});
+    const bool last = t.done + n == t.bytes;
+    if (!last) n &= ~size_t{15};  // positions stay 16-aligned until the message's end
+    if (n > 0 || last) {
+      std::memcpy(ring_data + w % capacity, t.data + t.done, n);
+      t.done += n;
+      w += last ? roundUp16(n) : n;
+      progressed = true;
+    }
+    if (progressed) {
+      ch.written.store(w, std::memory_order_release);
+      ring(peer, true);
+    }
+    if (!last) break;  // waiting for room or for `ready`
+    ++lane.head;
+    lane.header_done = false;
+  }
+  return progressed;
+}
+
+bool ShmTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
+  bool progressed = false;
+  Channel& ch = incoming(peer);
+  Inbox& inbox = *inboxes_[static_cast<size_t>(rank_)];
+  const size_t capacity = inbox.header.ring_bytes;
+  const std::byte* ring_data = inbox.ringOf(peer);
+  uint64_t& r = consumed_[static_cast<size_t>(peer)];
+  while (!lane.idle()) {
+    Transfer& t = *lane.queue[lane.head];
+    size_t avail = static_cast<size_t>(ch.written.load(std::memory_order_acquire) - r);
+    if (!lane.header_done) {
+      if (avail < kHeaderBytes) break;
+      MessageHeader h;
+      std::memcpy(&h, ring_data + r % capacity, sizeof(h));
+      const std::string who = describePeer(peer);
+      const std::string here = std::string(tag.name) + " #" + std::to_string(tag.sequence);
+      if (h.magic != kMessageMagic) fail(PeerError(who + " wrote a corrupt message header during " + here));
+      if (h.sequence != tag.sequence || h.op != tag.op) {
+        fail(MismatchError(who + " is in collective #" + std::to_string(h.sequence) + " (op " + std::to_string(h.op) +
+                           ") while this rank is in " + here + ": ranks called collectives in different orders or counts"));
+      }
+      if (h.bytes_low != static_cast<uint32_t>(t.bytes)) {
+        fail(MismatchError(who + " sends " + std::to_string(h.bytes_low) + " bytes where this rank expects " +
+                           std::to_string(t.bytes) + " in " + here + ": counts or data types differ between ranks"));
+      }
+      r += kHeaderBytes;
+      avail -= kHeaderBytes;
+      lane.header_done = true;
+      progressed = true;
+    }
+    const size_t n = std::min({t.bytes - t.done, avail, capacity - r % capacity, options_.chunk_bytes});
+    const bool last = t.done + n == t.bytes;
+    if (n > 0) {
+      const std::byte* chunk = ring_data + r % capacity;
+      if (t.data) {
+        std::memcpy(t.data + t.done, chunk, n);
+      } else {
+        t.on_chunk(t.done, chunk, n);  // reads the peer's data in place
+      }
+      t.done += n;
+      progressed = true;
+    }
+    if (progressed) {
+      r += last ? roundUp16(n) : n;
+      ch.consumed.store(r, std::memory_order_release);
+      ring(peer, false);
+    }
+    if (!last) break;
+    ++lane.head;
+    lane.header_done = false;
+  }
+  return progressed;
+}
+
+// True when some lane could move now: data waiting for a receive, room for a send whose data is
+// ready.
+bool ShmTransport::canProgress(const std::vector<PeerRun>& runs, const std::vector<int>& active) const {
+  for (int p : active) {
+    const PeerRun& run = runs[static_cast<size_t>(p)];
+    auto* self = const_cast<ShmTransport*>(this);
+    if (!run.recv.idle() &&
+        self->incoming(p).written.load(std::memory_order_acquire) != consumed_[static_cast<size_t>(p)]) {
+      return true;
+    }
+    if (!run.send.idle()) {
+      const Transfer& t = *run.send.queue[run.send.head];
+      const size_t capacity = inboxes_[static_cast<size_t>(p)]->header.ring_bytes;
+      const size_t used = static_cast<size_t>(written_[static_cast<size_t>(p)] -
+                                              self->outgoing(p).consumed.load(std::memory_order_acquire));
+      const size_t ready = t.ready ? std::min(*t.ready, t.bytes) : t.bytes;
+      if (used + kHeaderBytes <= capacity && (ready > t.done || !run.send.header_done || t.bytes == 0)) return true;
+    }
+  }
+  return false;
+}
+
+void ShmTransport::sleepOnDoorbell(const std::vector<PeerRun>& runs, const std::vector<int>& active,
+                                   const common::Deadline& deadline) {
+  auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
+  h.sleeping.store(1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // Note [shm rings]: announce, then look
+  const uint32_t bell = h.doorbell.load(std::memory_order_seq_cst);
+  if (!canProgress(runs, active)) {
+    const auto slice = std::min<std::chrono::milliseconds>(
+        kLivenessCheck, std::max(deadline.remaining(), std::chrono::milliseconds(1)));
+    timespec ts{0, static_cast<long>(std::chrono::nanoseconds(slice).count())};
+    futex(&h.doorbell, FUTEX_WAIT, bell, &ts);
+  }
+  h.sleeping.store(0, std::memory_order_relaxed);
+}
+
+bool ShmTransport::drainSocket(int peer) {
+  const size_t p = static_cast<size_t>(peer);
+  if (closed_[p]) return false;
+  char buffer[64];
+  while (true) {
+    const ssize_t r = ::recv(peers_[p].fd.get(), buffer, sizeof(buffer), MSG_DONTWAIT);
+    if (r > 0) {
+      if (std::find(buffer, buffer + r, kGoodbye) != buffer + r) departed_[p] = true;
+      continue;
+    }
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+    closed_[p] = true;  // EOF or a reset
+    return false;
+  }
+}
+
+// Note [shm liveness]: a peer this rank waits for whose socket closed is gone; what it wrote
+// before is still in the ring, so it is only an error once nothing more can move.
+void ShmTransport::checkPeers(const std::vector<PeerRun>& runs, const std::vector<int>& active, const OpTag& tag) {
+  std::vector<pollfd> fds;
+  std::vector<int> waited_for;  // peers with transfers left; a peer that is done may leave
+  for (int p : active) {
+    const PeerRun& run = runs[static_cast<size_t>(p)];
+    if (run.send.idle() && run.recv.idle()) continue;
+    fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), POLLIN | POLLRDHUP, 0});
+    waited_for.push_back(p);
+  }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const int p = waited_for[i];
+    if (fds[i].revents == 0 || drainSocket(p)) continue;
+    if (canProgress(runs, active)) return;  // finish reading what it left first
+    const PeerRun& run = runs[static_cast<size_t>(p)];
+    const std::string here = std::string(tag.name) + " #" + std::to_string(tag.sequence);
+    const std::string owed = !run.recv.idle() ? "expects " + std::to_string(run.recv.queue[run.recv.head]->bytes) +
+                                                    " bytes from it"
+                                              : "is sending to it";
+    if (departed_[static_cast<size_t>(p)]) {
+      fail(PeerError(describePeer(p) + " has shut down its communicator while this rank still " + owed + " in " + here));
+    }
+    fail(PeerError(describePeer(p) + " closed its connection (the process died?) while this rank " + owed + " in " +
+                   here));
+  }
+}
+
+void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const common::Deadline& deadline) {
+  if (broken_) rethrowAs(*broken_);
+  std::vector<PeerRun> runs(peers_.size());
+  for (Transfer& t : transfers) {
+    if (t.peer < 0 || t.peer >= size() || t.peer == rank_)
+      throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
+    if (t.bytes > UINT32_MAX) throw InternalError("a shared-memory message is limited to 4 GiB");
+    auto& run = runs[static_cast<size_t>(t.peer)];
+    (t.kind == Transfer::Kind::kSend ? run.send : run.recv).queue.push_back(&t);
+  }
+  std::vector<int> active;
+  for (int p = 0; p < size(); ++p) {
+    const auto& r = runs[static_cast<size_t>(p)];
+    if (!r.send.idle() || !r.recv.idle()) active.push_back(p);
+  }
+  // Spin, then block, as TcpTransport does (Note [spin, then block] there).
+  using Clock = common::Deadline::Clock;
+  Clock::time_point spin_until{};
+  auto next_check = Clock::now() + kLivenessCheck;
+  while (true) {
+    bool progressed = false, pending = false;
+    for (int p : active) {
+      auto& r = runs[static_cast<size_t>(p)];
+      progressed |= progressSend(p, r.send, tag);
+      progressed |= progressRecv(p, r.recv, tag);
+      pending |= !r.send.idle() || !r.recv.idle();
+    }
+    if (!pending) return;
+    if (progressed) {
+      spin_until = {};
+      continue;
+    }
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      checkPeers(runs, active, tag);
+      next_check = now + kLivenessCheck;
+    }
+    if (deadline.expired()) {
+      std::string owed;
+      for (int p : active) {
+        const auto& r = runs[static_cast<size_t>(p)];
+        if (!r.recv.idle()) {
+          const Transfer& t = *r.recv.queue[r.recv.head];
+          owed += "; receiving from " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
+                  std::to_string(t.bytes) + " bytes arrived";
+        }
+        if (!r.send.idle()) {
+          const Transfer& t = *r.send.queue[r.send.head];
+          owed += "; sending to " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
+                  std::to_string(t.bytes) + " bytes written";
+        }
+      }
+      fail(TimeoutError("timed out after " + std::to_string(deadline.timeout().count()) + " ms in " +
+                        std::string(tag.name) + " #" + std::to_string(tag.sequence) + owed));
+    }
+    if (options_.spin.count() > 0 && now >= spin_off_until_) {
+      if (spin_until == Clock::time_point{}) spin_until = now + options_.spin;
+      if (now < spin_until) {
+        ::sched_yield();
+        if (Clock::now() - now > kSlowYield) spin_off_until_ = Clock::now() + std::chrono::seconds(1);
+        continue;
+      }
+    }
+    sleepOnDoorbell(runs, active, deadline);
+  }
+}
+
+bool ShmTransport::waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) {
+  const auto deadline = common::Deadline::after(timeout);
+  auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
+  while (true) {
+    h.idle.store(1, std::memory_order_seq_cst);
+    for (int p = 0; p < size(); ++p) {
+      if (p != rank_ && incoming(p).written.load(std::memory_order_seq_cst) != consumed_[static_cast<size_t>(p)]) {
+        h.idle.store(0);
+        return true;
+      }
+    }
+    std::vector<pollfd> fds;
+    std::vector<int> who;
+    for (int p = 0; p < size(); ++p) {
+      if (p == rank_ || closed_[static_cast<size_t>(p)]) continue;
+      fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), static_cast<short>(POLLIN | POLLRDHUP), 0});
+      who.push_back(p);
+    }
+    if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
+    const int n = ::poll(fds.data(), fds.size(), deadline.pollTimeoutMs());
+    h.idle.store(0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    if (wake_fd >= 0 && fds.back().revents != 0) return true;
+    bool woken = false;
+    for (size_t i = 0; i < who.size(); ++i) {
+      if (fds[i].revents == 0) continue;
+      const bool departed_before = departed_[static_cast<size_t>(who[i])];
+      const bool open = drainSocket(who[i]);
+      // A goodbye is no collective: that peer is done, keep waiting for the others. A close
+      // without one is a lost peer, which the next collective names.
+      if (open ? departed_[static_cast<size_t>(who[i])] == departed_before : !departed_[static_cast<size_t>(who[i])])
+        woken = true;
+    }
+    if (woken) return true;
+  }
+}
+
+}  // namespace hora::transport::shm
