@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Allreduce comparison in one invocation: hora (TCP) vs OpenMPI (shared memory and TCP) vs
-torch.distributed with gloo, float32 sum, for each world size, each run `--repeat` times.
+"""Allreduce comparison in one invocation: hora (shared memory and TCP) vs OpenMPI (shared memory
+and TCP) vs MPICH (its default, shared memory) vs torch.distributed with gloo, float32 sum, for each world size, each run `--repeat` times.
 
     .venv/bin/python benchmarks/compare/compare.py --np 2 4 --out docs/benchmarks
 
@@ -35,19 +35,35 @@ def systems(build, args, np, tmp):
     mpi_env = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
     mpirun = ["mpirun", "-np", str(np), "--oversubscribe", "--bind-to", "none"]
     mpi_bench = build / "benchmarks" / "mpi-allreduce-bench"
+    hora_bench = [horarun, "-np", str(np), str(build / "benchmarks" / "hora-bench"), "allreduce", *sizes, "-c", "1"]
     out = {
-        "hora (TCP)": lambda f: run([horarun, "-np", str(np), str(build / "benchmarks" / "hora-bench"),
-                                     "allreduce", *sizes, "-c", "1", "--json", f], {"HORA_TRANSPORT": "tcp"}),
+        "hora shm": lambda f: run([*hora_bench, "--json", f], {"HORA_TRANSPORT": "shm"}),
+        "hora TCP": lambda f: run([*hora_bench, "--json", f], {"HORA_TRANSPORT": "tcp"}),
     }
     if mpi_bench.exists():
         out["OpenMPI shm"] = lambda f: run([*mpirun, str(mpi_bench), *sizes, "--json", f], mpi_env)
         out["OpenMPI TCP"] = lambda f: run([*mpirun, "--mca", "btl", "tcp,self", str(mpi_bench), *sizes,
                                             "--json", f], mpi_env)
+    mpich_bench = mpichBench(build)
+    if mpich_bench:
+        out["MPICH"] = lambda f: run(["mpirun.mpich", "-np", str(np), str(mpich_bench), *sizes, "--json", f])
     port = str(29500 + np)
     out["torch gloo"] = lambda f: run([horarun, "-np", str(np), "-x", "MASTER_ADDR=127.0.0.1", "-x",
                                        f"MASTER_PORT={port}", "/usr/bin/python3",
                                        str(HERE / "gloo_allreduce_bench.py"), *sizes, "--json", f])
     return out
+
+
+def mpichBench(build):
+    """The MPI benchmark compiled against MPICH (CMake builds it against the default MPI, OpenMPI)."""
+    compiler = "/usr/bin/mpicxx.mpich"
+    if not os.path.exists(compiler) or not os.path.exists("/usr/bin/mpirun.mpich"):
+        return None
+    target = build / "benchmarks" / "mpich-allreduce-bench"
+    source = HERE / "mpi_allreduce_bench.cc"
+    if not target.exists() or target.stat().st_mtime < source.stat().st_mtime:
+        run([compiler, "-O2", "-std=c++17", "-DMPICH_SKIP_MPICXX=1", "-DOMPI_SKIP_MPICXX=1", str(source), "-o", str(target)])
+    return target
 
 
 def busbw_by_size(doc):
@@ -95,21 +111,28 @@ def main():
         names = [n for (k, n) in results if k == np]
         docs = {n: results[(np, n)] for n in names}
         sizes = sorted(busbw_by_size(docs[names[0]][0]))
-        lines += [f"### np={np}", "", "| size | " + " | ".join(names) + " | hora / gloo | hora / OpenMPI TCP |",
+        lines += [f"### np={np}", "", "| size | " + " | ".join(names) +
+                  " | hora shm / best same-host other | hora TCP / OpenMPI TCP |",
                   "| --- |" + " --- |" * (len(names) + 2)]
 
         def med_best(name, size):
             vals = [busbw_by_size(d)[size] for d in docs[name]]
             return statistics.median(vals), max(vals)
 
+        def ratio(mine, others, size):
+            theirs = [med_best(o, size)[0] for o in others if o in docs]
+            if mine not in docs or not theirs or max(theirs) <= 0:
+                return "-"
+            return f"{med_best(mine, size)[0] / max(theirs):.2f}"
+
         for size in sizes:
             cells = []
             for n in names:
                 m, b = med_best(n, size)
                 cells.append(f"{m:.3f} [{b:.3f}]")
-            hora = med_best("hora (TCP)", size)[0]
-            ratio = lambda other: f"{hora / med_best(other, size)[0]:.2f}" if other in docs and med_best(other, size)[0] > 0 else "-"
-            lines.append(f"| {human(size)} | " + " | ".join(cells) + f" | {ratio('torch gloo')} | {ratio('OpenMPI TCP')} |")
+            lines.append(f"| {human(size)} | " + " | ".join(cells) +
+                         f" | {ratio('hora shm', ['OpenMPI shm', 'MPICH', 'torch gloo'], size)}"
+                         f" | {ratio('hora TCP', ['OpenMPI TCP'], size)} |")
         lat = []
         for n in names:
             vals = [latency(d) for d in docs[n]]

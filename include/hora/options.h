@@ -34,6 +34,9 @@ enum class TransportChoice {
   kTcp,           // TCP, even on one host
 };
 
+// HORA_HIERARCHICAL_ALLREDUCE.
+enum class HierarchyChoice { kAuto, kAlways, kNever };
+
 struct CommunicatorOptions {
   // Deadline of every blocking call: a collective, connecting to peers, a store request.
   std::chrono::milliseconds timeout{30000};
@@ -46,6 +49,8 @@ struct CommunicatorOptions {
   // How long a waiting rank retries, yielding the CPU, before it sleeps in poll().
   std::chrono::microseconds spin{50};
   TransportChoice transport = TransportChoice::kAuto;
+  // Allreduce across hosts: within each host, then among hosts (when the hosts are even).
+  HierarchyChoice hierarchical = HierarchyChoice::kAuto;
 
   static HORA_API CommunicatorOptions fromEnvironment();
 };

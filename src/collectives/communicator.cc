@@ -22,6 +22,7 @@
 #include "hora/errors.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_server.h"
+#include "collectives/hierarchy.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -154,6 +155,17 @@ class CommunicatorImpl {
 
   std::vector<std::byte>& prescaled() { return prescaled_; }
 
+  // The hierarchy for allreduces across hosts, built by every rank at its first large allreduce
+  // (null for one host or uneven hosts).
+  collectives::Hierarchy* hierarchy(Communicator& self) {
+    if (!hierarchy_built_) {
+      hierarchy_built_ = true;
+      hierarchy_ = collectives::Hierarchy::build(self);
+      HORA_LOG(info, "hierarchical allreduce {}", hierarchy_ ? "ready" : "not possible (one host, or uneven hosts)");
+    }
+    return hierarchy_.get();
+  }
+
  private:
   // Hosts are told apart by hostname: every rank publishes its own and reads all the others.
   void deriveTopology(const common::Deadline& deadline) {
@@ -174,6 +186,8 @@ class CommunicatorImpl {
   std::vector<std::byte> scratch_;
   std::vector<std::byte> prescaled_;
   std::optional<Error> broken_;
+  bool hierarchy_built_ = false;
+  std::unique_ptr<collectives::Hierarchy> hierarchy_;
 };
 
 }  // namespace detail
@@ -267,6 +281,18 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   if (size() == 1) {
     collectives::finalize(type, o.op, out, in, count, 1, o.postscale);
     return;
+  }
+  // Across hosts: within each host, then among the hosts (a decision every rank makes alike).
+  const auto choice = impl_->options().hierarchical;
+  const bool spans_hosts = identity().local_size < size();  // the same answer on every rank
+  if (spans_hosts && choice != HierarchyChoice::kNever && count >= static_cast<size_t>(size()) &&
+      (choice == HierarchyChoice::kAlways || bytes > impl_->options().ring_threshold_bytes)) {
+    if (collectives::Hierarchy* h = impl_->hierarchy(*this)) {
+      impl_->collective(OpKind::kAllreduce, op, bytes, [&](collectives::Context&) {
+        h->allreduce(in, out, count, type, o, size());
+      });
+      return;
+    }
   }
   impl_->collective(OpKind::kAllreduce, op, bytes, [&](collectives::Context& ctx) {
     const bool small = bytes <= impl_->options().ring_threshold_bytes || count < static_cast<size_t>(size());

@@ -67,6 +67,16 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
   } else {
     throw InvalidArgumentError("HORA_TRANSPORT='" + transport + "' is invalid: expected auto, shm or tcp");
   }
+  const std::string hierarchical = env.getString("HORA_HIERARCHICAL_ALLREDUCE");
+  if (hierarchical == "auto") {
+    o.hierarchical = HierarchyChoice::kAuto;
+  } else if (hierarchical == "1") {
+    o.hierarchical = HierarchyChoice::kAlways;
+  } else if (hierarchical == "0") {
+    o.hierarchical = HierarchyChoice::kNever;
+  } else {
+    throw InvalidArgumentError("HORA_HIERARCHICAL_ALLREDUCE='" + hierarchical + "' is invalid: expected auto, 1 or 0");
+  }
   const std::string level = env.getString("HORA_LOG_LEVEL");
   if (!setLogLevel(level))
     throw InvalidArgumentError("HORA_LOG_LEVEL='" + level +

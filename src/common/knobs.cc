@@ -78,6 +78,11 @@ constexpr KnobSpec kKnobs[] = {
      "shows; 0 = rank 0 only, as Horovod."},
     {"HORA_CHUNK_BYTES", "", G::kTuning, "256K",
      "Pipelining unit: received data is reduced and forwarded in chunks of this size."},
+    {"HORA_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", G::kTuning, "auto",
+     "Allreduce across hosts as reduce-scatter inside each host (shared memory), allreduce of "
+     "each slice among the hosts (TCP) and allgather inside each host: auto (when the ranks span "
+     "hosts with the same number of ranks each, for messages above HORA_RING_THRESHOLD), 1 "
+     "(always when the hosts are even) or 0 (never: one flat ring)."},
     {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, "",
      "Network interface whose address peers connect to; default: the one that reaches the "
      "rendezvous store."},

@@ -43,6 +43,40 @@ for spec in "$h1:2,$h2:2" "$h1:3,$h2:1" "$h1:1,$h2:1,$h3:2"; do
   done
 done
 
+# Hierarchical allreduce (within each host over shared memory, then among hosts over TCP), forced
+# for every size, every op, even hosts of 2 and 3 ranks; uneven hosts fall back to the flat ring.
+for spec in "$h1:2,$h2:2" "$h1:2,$h2:2,$h3:2" "$h1:3,$h2:3"; do
+  np=$(( $(echo "$spec" | tr ',' '\n' | cut -d: -f2 | paste -sd+) ))
+  for op in sum average min max product; do
+    run -np "$np" -H "$spec" --hierarchical-allreduce -x HORA_LOG_LEVEL=info "$bench" allreduce -b 4 -e 4M -f 64 \
+      -o "$op" -d float64 -c 1 >"$tmp/out" 2>&1
+    code=$?
+    [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q "hierarchical allreduce ready" "$tmp/out"
+    check "hierarchical allreduce $op across hosts $spec checks clean (code $code)" $?
+  done
+done
+run -np 4 -H "$h1:3,$h2:1" --hierarchical-allreduce -x HORA_LOG_LEVEL=info "$bench" allreduce -b 4 -e 4M -f 64 -c 1 \
+  >"$tmp/out" 2>&1
+code=$?
+[ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q "hierarchical allreduce not possible" "$tmp/out"
+check "uneven hosts 3+1: the flat ring instead, correct (code $code)" $?
+
+# A link cut in the middle of a stream of allreduces: every rank fails with an error naming a
+# peer within the timeout plus the failure report, and horarun ends; nothing hangs.
+run -np 4 -H "$h1:2,$h2:2" -x HORA_TIMEOUT_SECONDS=3 "$bench" allreduce -b 8M -e 8M -n 100000 -w 0 -c 0 \
+  >"$tmp/out" 2>&1 &
+runner=$!
+sleep 3
+ip link set "hv${HOSTS_ID}h2" down
+cut_at=$SECONDS
+wait "$runner"; code=$?
+ip link set "hv${HOSTS_ID}h2" up
+[ "$code" != 0 ] && [ $((SECONDS - cut_at)) -le 15 ]
+check "a cut link ends the job (code $code, $((SECONDS - cut_at)) s after the cut)" $?
+errors=$(grep -cE "^\[[0-3]\]<stderr>:.*(TimeoutError|PeerError|timed out|closed its connection).*rank [0-3]" "$tmp/out")
+[ "$errors" -ge 2 ]; check "ranks name the peer they lost ($errors error lines)" $?
+no_leftovers "allreduce -b 8M -e 8M -n 100000"; check "nothing of the cut job is left on any host" $?
+
 start=$SECONDS
 run -np 4 -H "$h1:2,$h2:2" sh -c 'if [ "$HORA_RANK" = 3 ]; then sleep 0.5; exit 5; fi; exec sleep 4242' >"$tmp/out" 2>&1
 code=$?
