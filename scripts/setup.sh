@@ -15,7 +15,7 @@ packages=(
   # tests: GoogleTest, clang for the libFuzzer target, iproute2 for the namespace tests
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2 procps
   # multi-host tests: hosts are network namespaces, each with its own sshd; MPICH for mpirun tests
-  openssh-server openssh-client mpich
+  openssh-server openssh-client mpich libmpich-dev
   # python side and the comparison benchmarks (OpenMPI, torch.distributed with gloo)
   python3 python3-venv python3-pip python3-setuptools python3-numpy python3-matplotlib python3-torch
   python3-cloudpickle python3-pytest python3-dev pybind11-dev python3-tqdm
