@@ -51,6 +51,7 @@ constexpr char kWake = 'W';
 constexpr char kGoodbye = 'G';
 constexpr auto kLivenessCheck = std::chrono::milliseconds(20);
 constexpr auto kSlowYield = std::chrono::microseconds(200);
+constexpr int kBusyPolls = 2000;  // about 2-10 us of polling before the first yield
 
 size_t roundUp16(size_t n) { return (n + 15) & ~size_t{15}; }
 
@@ -93,18 +94,6 @@ struct ShmTransport::Inbox {
     auto* rings = reinterpret_cast<std::byte*>(reinterpret_cast<Channel*>(this + 1) + header.size);
     return rings + header.ring_bytes * static_cast<size_t>(from);
   }
-};
-
-struct ShmTransport::Lane {
-  std::vector<Transfer*> queue;
-  size_t head = 0;
-  bool header_done = false;
-  bool idle() const { return head == queue.size(); }
-};
-
-struct ShmTransport::PeerRun {
-  Lane send;
-  Lane recv;
 };
 
 namespace {
@@ -197,6 +186,10 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, con
   for (auto& p : peers_) {
     if (p.fd.valid()) common::setNonBlocking(p.fd.get());
   }
+  runs_.resize(peers_.size());
+  cpu_set_t cpus;
+  const int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  oversubscribed_ = n > cores;
 }
 
 ShmTransport::~ShmTransport() {
@@ -413,7 +406,15 @@ void ShmTransport::checkPeers(const std::vector<PeerRun>& runs, const std::vecto
 
 void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const common::Deadline& deadline) {
   if (broken_) rethrowAs(*broken_);
-  std::vector<PeerRun> runs(peers_.size());
+  std::vector<PeerRun>& runs = runs_;  // reused: a small collective allocates nothing
+  for (PeerRun& r : runs) {
+    r.send.queue.clear();
+    r.send.head = 0;
+    r.send.header_done = false;
+    r.recv.queue.clear();
+    r.recv.head = 0;
+    r.recv.header_done = false;
+  }
   for (Transfer& t : transfers) {
     if (t.peer < 0 || t.peer >= size() || t.peer == rank_)
       throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
@@ -421,15 +422,22 @@ void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const co
     auto& run = runs[static_cast<size_t>(t.peer)];
     (t.kind == Transfer::Kind::kSend ? run.send : run.recv).queue.push_back(&t);
   }
-  std::vector<int> active;
+  std::vector<int>& active = active_;
+  active.clear();
   for (int p = 0; p < size(); ++p) {
     const auto& r = runs[static_cast<size_t>(p)];
     if (!r.send.idle() || !r.recv.idle()) active.push_back(p);
   }
-  // Spin, then block, as TcpTransport does (Note [spin, then block] there).
+  // Note [shm waiting]: a peer's answer to a small message comes within a microsecond or two
+  // when it has a core of its own, so first poll the rings without any system call; then retry
+  // for HORA_SPIN_MICROSECONDS yielding the CPU (which is what ranks sharing a core need: the
+  // yield hands it to the peer); then sleep on the futex. When the host has fewer cores than
+  // ranks, busy polling only delays the peer that holds our core, so it is skipped, and slow
+  // yields (a peer ran for a whole time slice) are expected rather than a reason to stop spinning.
   using Clock = common::Deadline::Clock;
   Clock::time_point spin_until{};
   auto next_check = Clock::now() + kLivenessCheck;
+  int polls = 0;
   while (true) {
     bool progressed = false, pending = false;
     for (int p : active) {
@@ -441,6 +449,12 @@ void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const co
     if (!pending) return;
     if (progressed) {
       spin_until = {};
+      polls = 0;
+      continue;
+    }
+    if (!oversubscribed_ && polls < kBusyPolls) {
+      ++polls;
+      __builtin_ia32_pause();
       continue;
     }
     const auto now = Clock::now();
@@ -470,7 +484,7 @@ void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const co
       if (spin_until == Clock::time_point{}) spin_until = now + options_.spin;
       if (now < spin_until) {
         ::sched_yield();
-        if (Clock::now() - now > kSlowYield) spin_off_until_ = Clock::now() + std::chrono::seconds(1);
+        if (!oversubscribed_ && Clock::now() - now > kSlowYield) spin_off_until_ = Clock::now() + std::chrono::seconds(1);
         continue;
       }
     }

@@ -54,8 +54,16 @@ class ShmTransport final : public Transport {
   struct Channel;  // one ring buffer in it
 
  private:
-  struct Lane;
-  struct PeerRun;
+  struct Lane {
+    std::vector<Transfer*> queue;
+    size_t head = 0;
+    bool header_done = false;
+    bool idle() const { return head == queue.size(); }
+  };
+  struct PeerRun {
+    Lane send;
+    Lane recv;
+  };
   bool progressSend(int peer, Lane& lane, const OpTag& tag);
   bool progressRecv(int peer, Lane& lane, const OpTag& tag);
   bool canProgress(const std::vector<PeerRun>& runs, const std::vector<int>& active) const;
@@ -77,6 +85,9 @@ class ShmTransport final : public Transport {
   std::vector<bool> departed_;      // said goodbye
   std::vector<bool> closed_;        // socket closed (after a goodbye, or dead)
   common::Deadline::Clock::time_point spin_off_until_{};
+  bool oversubscribed_ = false;  // more ranks on this host than cores (Note [shm waiting])
+  std::vector<PeerRun> runs_;    // run()'s per-peer lanes, kept between calls
+  std::vector<int> active_;
   std::optional<Error> broken_;
 };
 
