@@ -44,10 +44,13 @@ struct CommunicatorOptions {
   std::string iface;
   // Allreduce messages of at most this many bytes use recursive doubling, larger the ring.
   size_t ring_threshold_bytes = 512 * 1024;
+  // The same over shared memory.
+  size_t shm_ring_threshold_bytes = 4 * 1024;
   // Unit of pipelining: received data is reduced and forwarded in chunks of this size.
   size_t chunk_bytes = 256 * 1024;
   // How long a waiting rank retries, yielding the CPU, before it sleeps in poll().
   std::chrono::microseconds spin{50};
+  std::chrono::microseconds shm_spin{1000};  // the same over shared memory
   TransportChoice transport = TransportChoice::kAuto;
   // Allreduce across hosts: within each host, then among hosts (when the hosts are even).
   HierarchyChoice hierarchical = HierarchyChoice::kAuto;

@@ -52,11 +52,13 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
   o.iface = env.getString("HORA_IFACE");
   o.ring_threshold_bytes = static_cast<size_t>(env.getBytes("HORA_RING_THRESHOLD", 0, INT64_MAX));
+  o.shm_ring_threshold_bytes = static_cast<size_t>(env.getBytes("HORA_SHM_RING_THRESHOLD", 0, INT64_MAX));
   o.chunk_bytes = static_cast<size_t>(env.getBytes("HORA_CHUNK_BYTES", 16, int64_t{1} << 30));
   if (o.chunk_bytes % 16 != 0)
     throw InvalidArgumentError("HORA_CHUNK_BYTES=" + std::to_string(o.chunk_bytes) +
                                " is invalid: expected a multiple of 16");
   o.spin = std::chrono::microseconds(env.getInt("HORA_SPIN_MICROSECONDS", 0, 1000000));
+  o.shm_spin = std::chrono::microseconds(env.getInt("HORA_SHM_SPIN_MICROSECONDS", 0, 1000000));
   const std::string transport = env.getString("HORA_TRANSPORT");
   if (transport == "auto") {
     o.transport = TransportChoice::kAuto;

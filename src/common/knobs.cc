@@ -92,6 +92,12 @@ constexpr KnobSpec kKnobs[] = {
      "Allreduce messages up to this many bytes use recursive doubling (latency-optimal), "
      "larger ones the ring (bandwidth-optimal); broadcasts up to it a binomial tree, larger a "
      "chain. Default measured: the two cross between 512K and 740K at 2 and 4 ranks over TCP."},
+    {"HORA_SHM_SPIN_MICROSECONDS", "", G::kTuning, "1000",
+     "HORA_SPIN_MICROSECONDS over shared memory: a peer woken from its futex takes about 100 us "
+     "to run again on this machine, so ranks keep yielding longer before they sleep."},
+    {"HORA_SHM_RING_THRESHOLD", "", G::kTuning, "4K",
+     "HORA_RING_THRESHOLD for communicators over shared memory: above it the ring (measured: "
+     "the ring's extra steps cost little in memory, so it wins from a few KiB)."},
     {"HORA_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", G::kTuning, "30",
      "Deadline of every blocking wait: a collective, connecting to peers, a store request."},
     {"HORA_TRANSPORT", "", G::kTuning, "auto",

@@ -36,10 +36,10 @@ CommunicatorOptions optionsFor(Mode m) {
   CommunicatorOptions o = testOptions();
   if (m == Mode::kTcp || m == Mode::kTcpRingTinyChunks) o.transport = TransportChoice::kTcp;
   if (m == Mode::kRingTinyChunks || m == Mode::kTcpRingTinyChunks) {
-    o.ring_threshold_bytes = 0;
+    o.ring_threshold_bytes = o.shm_ring_threshold_bytes = 0;
     o.chunk_bytes = 48;
   } else if (m == Mode::kTreeOnly) {
-    o.ring_threshold_bytes = SIZE_MAX;
+    o.ring_threshold_bytes = o.shm_ring_threshold_bytes = SIZE_MAX;
   }
   return o;
 }
