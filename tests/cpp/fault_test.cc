@@ -51,15 +51,6 @@ class Faults : public ::testing::TestWithParam<std::string> {
   }
 };
 
-// What hora left in /dev/shm (segments are named /hora.<pid>.<n>).
-std::vector<std::string> horaSegments() {
-  std::vector<std::string> left;
-  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    if (entry.path().filename().string().rfind("hora.", 0) == 0) left.push_back(entry.path().string());
-  }
-  return left;
-}
-
 TEST_P(Faults, SigkillOneRankEveryOtherRankNamesItWithinTwoSeconds) {
   constexpr int kRanks = 4, kVictim = 2;
   ProcessJob job(kRanks, "allreduce_stream", env());

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -25,6 +26,14 @@ std::map<std::string, Scenario>& scenarios() {
 }
 std::atomic<int> job_counter{0};
 }  // namespace
+
+std::vector<std::string> horaSegments() {
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
+    if (entry.path().filename().string().rfind("hora.", 0) == 0) left.push_back(entry.path().string());
+  }
+  return left;
+}
 
 CommunicatorOptions testOptions() {
   CommunicatorOptions o;

@@ -28,6 +28,9 @@ inline constexpr const char* kTestSecret = "test-secret-0123456789";
 
 CommunicatorOptions testOptions();
 
+// What hora left in /dev/shm (shared-memory segments are named /hora.<pid>.<n>).
+std::vector<std::string> horaSegments();
+
 // Runs fn on `size` ranks; fails the current test (naming the rank) if any rank throws.
 void runThreads(int size, const std::function<void(Communicator&)>& fn,
                 const CommunicatorOptions& options = testOptions());

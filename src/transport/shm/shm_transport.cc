@@ -25,15 +25,15 @@ namespace hora::transport::shm {
 // stream of messages, each a 16-byte header (magic, collective sequence and op, length) and the
 // payload padded to 16 bytes, so every position a reader can see is 16-aligned and a header never
 // straddles the end of the ring. The writer copies data in and then publishes `written`
-// (release); the reader reads in place and then publishes `consumed` (release). Each side only
-// ever writes its own position, so no locks.
+// (seq_cst, which orders it before the look at `sleeping` below); the reader reads in place and
+// then publishes `consumed` the same way. Each side only ever writes its own position: no locks.
 //
 // Sleeping: a rank with nothing to do sets `sleeping` in its inbox header, reads the futex word
 // `doorbell`, checks once more that no ring has moved, and waits on the futex. Whoever moves a
 // ring the sleeper waits on (new data for it, or room freed in a ring it writes) bumps the
-// doorbell and wakes it when `sleeping` is set. A full fence sits between publishing a position
-// and reading `sleeping`, and between setting `sleeping` and checking the rings, so one of the
-// two sides always sees the other (no lost wake-up).
+// doorbell and wakes it when `sleeping` is set. Publishing a position and reading `sleeping`, and
+// setting `sleeping` and checking the rings, are sequentially consistent pairs, so one of the two
+// sides always sees the other (no lost wake-up).
 //
 // Note [shm liveness]: shared memory cannot tell that a peer died, but the TCP mesh that set the
 // job up can: its sockets stay open, carrying only two kinds of byte, kWake (wake an idle
@@ -217,13 +217,12 @@ ShmTransport::Channel& ShmTransport::outgoing(int peer) { return inboxes_[static
 ShmTransport::Channel& ShmTransport::incoming(int peer) { return inboxes_[static_cast<size_t>(rank_)]->channel(peer); }
 
 void ShmTransport::ring(int peer, bool wake_idle) {
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // Note [shm rings]: publish, then look
   auto& h = inboxes_[static_cast<size_t>(peer)]->header;
-  if (h.sleeping.load(std::memory_order_relaxed) != 0) {
+  if (h.sleeping.load(std::memory_order_seq_cst) != 0) {
     h.doorbell.fetch_add(1, std::memory_order_seq_cst);
     futex(&h.doorbell, FUTEX_WAKE, 1, nullptr);
   }
-  if (wake_idle && h.idle.load(std::memory_order_relaxed) != 0 && h.idle.exchange(0) != 0) {
+  if (wake_idle && h.idle.load(std::memory_order_seq_cst) != 0 && h.idle.exchange(0) != 0) {
     [[maybe_unused]] auto n = ::send(peers_[static_cast<size_t>(peer)].fd.get(), &kWake, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
 }
@@ -251,13 +250,13 @@ bool ShmTransport::progressSend(int peer, Lane& lane, const OpTag& tag) {
     const bool last = t.done + n == t.bytes;
     if (!last) n &= ~size_t{15};  // positions stay 16-aligned until the message's end
     if (n > 0 || last) {
-      std::memcpy(ring_data + w % capacity, t.data + t.done, n);
+      if (n > 0) std::memcpy(ring_data + w % capacity, t.data + t.done, n);
       t.done += n;
       w += last ? roundUp16(n) : n;
       progressed = true;
     }
     if (progressed) {
-      ch.written.store(w, std::memory_order_release);
+      ch.written.store(w, std::memory_order_seq_cst);  // Note [shm rings]: publish, then look
       ring(peer, true);
     }
     if (!last) break;  // waiting for room or for `ready`
@@ -311,7 +310,7 @@ bool ShmTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
     }
     if (progressed) {
       r += last ? roundUp16(n) : n;
-      ch.consumed.store(r, std::memory_order_release);
+      ch.consumed.store(r, std::memory_order_seq_cst);
       ring(peer, false);
     }
     if (!last) break;
@@ -328,14 +327,14 @@ bool ShmTransport::canProgress(const std::vector<PeerRun>& runs, const std::vect
     const PeerRun& run = runs[static_cast<size_t>(p)];
     auto* self = const_cast<ShmTransport*>(this);
     if (!run.recv.idle() &&
-        self->incoming(p).written.load(std::memory_order_acquire) != consumed_[static_cast<size_t>(p)]) {
+        self->incoming(p).written.load(std::memory_order_seq_cst) != consumed_[static_cast<size_t>(p)]) {
       return true;
     }
     if (!run.send.idle()) {
       const Transfer& t = *run.send.queue[run.send.head];
       const size_t capacity = inboxes_[static_cast<size_t>(p)]->header.ring_bytes;
       const size_t used = static_cast<size_t>(written_[static_cast<size_t>(p)] -
-                                              self->outgoing(p).consumed.load(std::memory_order_acquire));
+                                              self->outgoing(p).consumed.load(std::memory_order_seq_cst));
       const size_t ready = t.ready ? std::min(*t.ready, t.bytes) : t.bytes;
       if (used + kHeaderBytes <= capacity && (ready > t.done || !run.send.header_done || t.bytes == 0)) return true;
     }
@@ -346,8 +345,7 @@ bool ShmTransport::canProgress(const std::vector<PeerRun>& runs, const std::vect
 void ShmTransport::sleepOnDoorbell(const std::vector<PeerRun>& runs, const std::vector<int>& active,
                                    const common::Deadline& deadline) {
   auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
-  h.sleeping.store(1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // Note [shm rings]: announce, then look
+  h.sleeping.store(1, std::memory_order_seq_cst);  // Note [shm rings]: announce, then look
   const uint32_t bell = h.doorbell.load(std::memory_order_seq_cst);
   if (!canProgress(runs, active)) {
     const auto slice = std::min<std::chrono::milliseconds>(
