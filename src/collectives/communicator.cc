@@ -15,6 +15,7 @@
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/hierarchy.h"
 #include "collectives/reduce.h"
 #include "common/config.h"
 #include "common/logging.h"
@@ -22,7 +23,6 @@
 #include "hora/errors.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_server.h"
-#include "collectives/hierarchy.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
