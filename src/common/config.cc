@@ -5,7 +5,10 @@
 #include <unistd.h>
 
 #include <climits>
+#include <initializer_list>
 #include <map>
+#include <string_view>
+#include <utility>
 
 #include "common/logging.h"
 #include "hora/errors.h"
@@ -46,6 +49,22 @@ Identity identityFrom(const Env& env) {
   return id;
 }
 
+namespace {
+
+// The value of a knob that takes one of a few words; InvalidArgumentError listing them otherwise.
+template <typename T>
+T oneOf(const Env& env, std::string_view name, std::initializer_list<std::pair<std::string_view, T>> choices) {
+  const std::string value = env.getString(name);
+  std::string expected;
+  for (const auto& [word, choice] : choices) {
+    if (value == word) return choice;
+    expected += (expected.empty() ? "" : ", ") + std::string(word);
+  }
+  throw InvalidArgumentError(std::string(name) + "='" + value + "' is invalid: expected one of " + expected);
+}
+
+}  // namespace
+
 CommunicatorOptions communicatorOptionsFrom(const Env& env) {
   CommunicatorOptions o;
   const double seconds = env.getDouble("HORA_TIMEOUT_SECONDS", 0.001, 7 * 24 * 3600.0);
@@ -59,26 +78,14 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
                                " is invalid: expected a multiple of 16");
   o.spin = std::chrono::microseconds(env.getInt("HORA_SPIN_MICROSECONDS", 0, 1000000));
   o.shm_spin = std::chrono::microseconds(env.getInt("HORA_SHM_SPIN_MICROSECONDS", 0, 1000000));
-  const std::string transport = env.getString("HORA_TRANSPORT");
-  if (transport == "auto") {
-    o.transport = TransportChoice::kAuto;
-  } else if (transport == "shm") {
-    o.transport = TransportChoice::kSharedMemory;
-  } else if (transport == "tcp") {
-    o.transport = TransportChoice::kTcp;
-  } else {
-    throw InvalidArgumentError("HORA_TRANSPORT='" + transport + "' is invalid: expected auto, shm or tcp");
-  }
-  const std::string hierarchical = env.getString("HORA_HIERARCHICAL_ALLREDUCE");
-  if (hierarchical == "auto") {
-    o.hierarchical = HierarchyChoice::kAuto;
-  } else if (hierarchical == "1") {
-    o.hierarchical = HierarchyChoice::kAlways;
-  } else if (hierarchical == "0") {
-    o.hierarchical = HierarchyChoice::kNever;
-  } else {
-    throw InvalidArgumentError("HORA_HIERARCHICAL_ALLREDUCE='" + hierarchical + "' is invalid: expected auto, 1 or 0");
-  }
+  o.transport = oneOf<TransportChoice>(env, "HORA_TRANSPORT",
+                                       {{"auto", TransportChoice::kAuto},
+                                        {"shm", TransportChoice::kSharedMemory},
+                                        {"tcp", TransportChoice::kTcp}});
+  o.hierarchical = oneOf<HierarchyChoice>(env, "HORA_HIERARCHICAL_ALLREDUCE",
+                                          {{"auto", HierarchyChoice::kAuto},
+                                           {"1", HierarchyChoice::kAlways},
+                                           {"0", HierarchyChoice::kNever}});
   const std::string level = env.getString("HORA_LOG_LEVEL");
   if (!setLogLevel(level))
     throw InvalidArgumentError("HORA_LOG_LEVEL='" + level +

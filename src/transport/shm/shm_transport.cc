@@ -213,8 +213,8 @@ void ShmTransport::fail(Error error) {
   rethrowAs(error);
 }
 
-ShmTransport::Channel& ShmTransport::outgoing(int peer) { return inboxes_[static_cast<size_t>(peer)]->channel(rank_); }
-ShmTransport::Channel& ShmTransport::incoming(int peer) { return inboxes_[static_cast<size_t>(rank_)]->channel(peer); }
+ShmTransport::Channel& ShmTransport::outgoing(int peer) const { return inboxes_[static_cast<size_t>(peer)]->channel(rank_); }
+ShmTransport::Channel& ShmTransport::incoming(int peer) const { return inboxes_[static_cast<size_t>(rank_)]->channel(peer); }
 
 void ShmTransport::ring(int peer, bool wake_idle) {
   auto& h = inboxes_[static_cast<size_t>(peer)]->header;
@@ -325,16 +325,15 @@ bool ShmTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
 bool ShmTransport::canProgress(const std::vector<PeerRun>& runs, const std::vector<int>& active) const {
   for (int p : active) {
     const PeerRun& run = runs[static_cast<size_t>(p)];
-    auto* self = const_cast<ShmTransport*>(this);
     if (!run.recv.idle() &&
-        self->incoming(p).written.load(std::memory_order_seq_cst) != consumed_[static_cast<size_t>(p)]) {
+        incoming(p).written.load(std::memory_order_seq_cst) != consumed_[static_cast<size_t>(p)]) {
       return true;
     }
     if (!run.send.idle()) {
       const Transfer& t = *run.send.queue[run.send.head];
       const size_t capacity = inboxes_[static_cast<size_t>(p)]->header.ring_bytes;
       const size_t used = static_cast<size_t>(written_[static_cast<size_t>(p)] -
-                                              self->outgoing(p).consumed.load(std::memory_order_seq_cst));
+                                              outgoing(p).consumed.load(std::memory_order_seq_cst));
       const size_t ready = t.ready ? std::min(*t.ready, t.bytes) : t.bytes;
       if (used + kHeaderBytes <= capacity && (ready > t.done || !run.send.header_done || t.bytes == 0)) return true;
     }

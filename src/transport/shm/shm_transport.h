@@ -71,8 +71,8 @@ class ShmTransport final : public Transport {
                        const common::Deadline& deadline);
   void checkPeers(const std::vector<PeerRun>& runs, const std::vector<int>& active, const OpTag& tag);
   bool drainSocket(int peer);  // reads wake-up and goodbye bytes; false once the peer is gone
-  Channel& outgoing(int peer);  // this rank -> peer, in the peer's inbox
-  Channel& incoming(int peer);  // peer -> this rank, in this rank's inbox
+  Channel& outgoing(int peer) const;  // this rank -> peer, in the peer's inbox
+  Channel& incoming(int peer) const;  // peer -> this rank, in this rank's inbox
   void ring(int peer, bool wake_idle);  // wakes `peer` if it sleeps (and, if asked, if it idles)
   [[noreturn]] void fail(Error error);
 
