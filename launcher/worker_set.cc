@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 
 extern char** environ;
@@ -142,6 +143,8 @@ void WorkerSet::stopAll() {
 
 JobResult WorkerSet::wait(const std::function<std::string()>& check) {
   JobResult result;
+  bool interrupted = false;
+  std::optional<std::chrono::steady_clock::time_point> kill_at;
   while (!running_.empty()) {
     // Output first: a worker blocked on a full pipe would never exit.
     output_.pump(std::chrono::milliseconds(50));
@@ -157,10 +160,16 @@ JobResult WorkerSet::wait(const std::function<std::string()>& check) {
       const int sig = pending_signal;
       pending_signal = 0;
       signalAll(sig);  // forward; the workers' exits end the job below
-      if (result.failed_rank < 0) {
+      if (!interrupted) kill_at = std::chrono::steady_clock::now() + grace_;
+      if (result.failed_rank < 0 && !interrupted) {
+        interrupted = true;
         result.reason = std::string("horarun received signal ") + strsignal(sig);
         result.exit_code = 128 + sig;
       }
+    }
+    if (kill_at && std::chrono::steady_clock::now() >= *kill_at) {
+      signalAll(SIGKILL);  // a worker that ignores the forwarded signal does not hold the job
+      kill_at.reset();
     }
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
@@ -172,8 +181,10 @@ JobResult WorkerSet::wait(const std::function<std::string()>& check) {
     const std::string host = it->second.host;
     forget(pid);
     ::kill(-pid, SIGKILL);  // leftovers of a finished worker's process group
+    // After a forwarded signal the workers' own exit codes are its echo (ssh exits 255 on
+    // SIGTERM, a local worker 143), not a failure: the job's code stays 128 + the signal.
     const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (failed && result.failed_rank < 0) {
+    if (failed && result.failed_rank < 0 && !interrupted) {
       result.failed_rank = rank;
       result.exit_code = exitCodeOf(status);
       result.reason = describeStatus(rank, host, status);

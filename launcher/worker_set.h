@@ -5,7 +5,8 @@
 // Its stdout and stderr reach horarun's line by line, prefixed with its rank (OutputForwarder).
 // wait() returns when every worker exited successfully, or when the first one failed; in that
 // case the others get SIGTERM, then SIGKILL after `grace`. Signals that horarun receives
-// (SIGINT, SIGTERM) are forwarded to every worker. Single-threaded: call from main() only.
+// (SIGINT, SIGTERM, SIGHUP) are forwarded to every worker, and SIGKILL follows after `grace`; the
+// job then exits with 128 + that signal. Single-threaded: call from main() only.
 #pragma once
 
 #include <sys/types.h>

@@ -58,6 +58,21 @@ code=$?
 sleep 0.2
 ! pgrep -f 'sh -c sleep 30' >/dev/null; check "no worker is left after SIGTERM" $?
 
+# Workers that answer SIGTERM with their own code, or ignore it: the job's code is still the
+# signal's, and the ignoring one is killed after --grace-seconds.
+"$horarun" -np 2 --grace-seconds 1 sh -c 'if [ "$HORA_RANK" = 0 ]; then trap "exit 7" TERM; else trap "" TERM; fi
+  sleep 31 & wait; wait' >"$tmp/out" 2>&1 &
+launcher=$!
+sleep 0.5
+start=$SECONDS
+kill -TERM $launcher
+wait $launcher
+code=$?
+[ "$code" = 143 ] && [ $((SECONDS - start)) -le 3 ]
+check "SIGTERM: a worker's own exit code or one ignoring it does not change 143 (code $code, $((SECONDS - start)) s)" $?
+sleep 0.2
+! pgrep -f 'sleep 31' >/dev/null; check "no worker is left after an ignored SIGTERM" $?
+
 "$horarun" -np 0 true >"$tmp/out" 2>&1; code=$?
 [ "$code" != 0 ] && grep -q -- "-np must be at least 1" "$tmp/out"; check "-np 0 is refused" $?
 "$horarun" --bogus -np 1 true >"$tmp/out" 2>&1; code=$?
