@@ -103,7 +103,9 @@ class HORA_API Communicator {
   bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd = -1);
 
   // How a collective of this many bytes would run, for timelines and logs: "ring over tcp",
-  // "recursive doubling over tcp", "local" for a single rank. `collective` is "allreduce",
+  // "recursive doubling over shared memory", "ring over shared memory + tcp" (ranks on several
+  // hosts: shared memory between the ranks of a host), "hierarchical (...)", "local" for a single
+  // rank. `collective` is "allreduce",
   // "allgather", "broadcast", "reducescatter" or "alltoall".
   std::string algorithmFor(std::string_view collective, size_t bytes, ReduceOp op = ReduceOp::kSum) const;
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <thread>
 
@@ -23,6 +24,7 @@
 #include "hora/errors.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_server.h"
+#include "transport/hybrid/hybrid_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
 
@@ -73,11 +75,21 @@ size_t checkCounts(std::string_view op, std::string_view name, std::span<const s
 
 }  // namespace
 
+// A collective made of other communicators' collectives (the hierarchical allreduce) reports a
+// failure once, to all its ranks, at the outer level: the inner ones only pass the error up.
+struct Nesting {
+  static thread_local inline int depth = 0;
+  Nesting() { ++depth; }
+  ~Nesting() { --depth; }
+};
+
 class CommunicatorImpl {
  public:
+  // labels: the number each rank has in messages, when not its rank (a split names its members
+  // by their numbers in the communicator it was split from).
   CommunicatorImpl(const Identity& identity, const RendezvousOptions& rendezvous,
-                   const CommunicatorOptions& options)
-      : identity_(identity), options_(options), rendezvous_(rendezvous) {
+                   const CommunicatorOptions& options, std::vector<int> labels = {})
+      : identity_(identity), options_(options), rendezvous_(rendezvous), labels_(std::move(labels)) {
     if (identity_.size == 1 && identity_.derivesTopology()) identity_.deriveTopology({identity_.hostname});
     identity_.validate();
     if (options_.chunk_bytes < 16 || options_.chunk_bytes % 16 != 0)
@@ -90,7 +102,14 @@ class CommunicatorImpl {
     store_ = std::make_unique<rendezvous::TcpStore>(rendezvous.address, rendezvous.port,
                                                     rendezvous.secret, deadline);
     if (!rendezvous.announce_key.empty()) store_->set(rendezvous.announce_key, identity_.hostname, deadline);
-    if (identity_.derivesTopology()) deriveTopology(deadline);
+    // Hosts are told apart by hostname: every rank publishes its own; they are read when the
+    // topology is derived from them or when the ranks span hosts (which peers share memory).
+    store_->set(rendezvous_.prefix + "host/" + std::to_string(rank()), identity_.hostname, deadline);
+    std::vector<std::string> hostnames;
+    if (identity_.derivesTopology()) {
+      hostnames = readHostnames(deadline);
+      identity_.deriveTopology(hostnames);
+    }
     transport::tcp::MeshOptions mesh;
     mesh.rank = identity_.rank;
     mesh.size = identity_.size;
@@ -99,23 +118,47 @@ class CommunicatorImpl {
     mesh.advertise_host =
         options_.iface.empty() ? store_->localHost() : common::interfaceAddress(options_.iface);
     auto peers = transport::tcp::connectMesh(mesh, *store_, deadline);
+    for (int r = 0; r < size(); ++r) peers[static_cast<size_t>(r)].label = label(r);
     const bool one_host = identity_.local_size == identity_.size;
     if (options_.transport == TransportChoice::kSharedMemory && !one_host) {
       throw InvalidArgumentError("HORA_TRANSPORT=shm: the " + std::to_string(identity_.size) + " ranks span " +
                                  std::to_string(identity_.cross_size) +
                                  " hosts; shared memory needs them on one (use auto or tcp)");
     }
-    if (options_.transport != TransportChoice::kTcp && one_host) {
-      transport::shm::ShmOptions shm;
-      shm.chunk_bytes = options_.chunk_bytes;
-      shm.spin = options_.shm_spin;
-      shm.key_prefix = rendezvous_.prefix;
-      transport_ = std::make_unique<transport::shm::ShmTransport>(identity_.rank, std::move(peers), shm, *store_,
-                                                                  deadline);
-      shm_ = true;
-    } else {
+    transport::shm::ShmOptions shm;
+    shm.chunk_bytes = options_.chunk_bytes;
+    shm.spin = options_.shm_spin;
+    shm.key_prefix = rendezvous_.prefix;
+    if (options_.transport == TransportChoice::kTcp || identity_.local_size == 1) {
       transport_ = std::make_unique<transport::tcp::TcpTransport>(identity_.rank, std::move(peers),
                                                                   options_.chunk_bytes, options_.spin);
+      transport_name_ = "tcp";
+    } else if (one_host) {
+      std::vector<int> everyone(static_cast<size_t>(size()));
+      std::iota(everyone.begin(), everyone.end(), 0);
+      transport_ = std::make_unique<transport::shm::ShmTransport>(identity_.rank, std::move(peers),
+                                                                  std::move(everyone), shm, *store_, deadline);
+      shm_ = true;
+      transport_name_ = "shared memory";
+    } else {
+      // Note [mixed transfer sets]: shared memory with the ranks of this host, TCP with the rest.
+      if (hostnames.empty()) hostnames = readHostnames(deadline);
+      std::vector<int> members;
+      std::vector<transport::tcp::PeerConnection> local(peers.size());
+      for (int r = 0; r < size(); ++r) {
+        if (hostnames[static_cast<size_t>(r)] != identity_.hostname) continue;
+        members.push_back(r);
+        local[static_cast<size_t>(r)] = std::move(peers[static_cast<size_t>(r)]);
+      }
+      HORA_LOG(info, "transport: shared memory with {} other rank(s) of host {}, TCP with {}", members.size() - 1,
+               identity_.hostname, size() - static_cast<int>(members.size()));
+      auto near = std::make_unique<transport::shm::ShmTransport>(identity_.rank, std::move(local),
+                                                                 std::move(members), shm, *store_, deadline);
+      auto far = std::make_unique<transport::tcp::TcpTransport>(identity_.rank, std::move(peers),
+                                                                options_.chunk_bytes, options_.spin);
+      transport_ = std::make_unique<transport::hybrid::HybridTransport>(std::move(near), std::move(far),
+                                                                        std::max(options_.spin, options_.shm_spin));
+      transport_name_ = "shared memory + tcp";
     }
   }
 
@@ -123,8 +166,20 @@ class CommunicatorImpl {
   const RendezvousOptions& rendezvous() const { return rendezvous_; }
   int size() const { return identity_.size; }
   int rank() const { return identity_.rank; }
+  int label(int rank) const { return labels_.empty() ? rank : labels_[static_cast<size_t>(rank)]; }
   const CommunicatorOptions& options() const { return options_; }
   transport::Transport* transport() { return transport_.get(); }
+  // "tcp", "shared memory", or "shared memory + tcp" (per pair, across hosts).
+  const std::string& transportName() const { return transport_name_; }
+  // Whether an allreduce of `count` elements (`bytes`) goes through the hierarchy: ranks on
+  // several hosts, and forced or large; the same answer on every rank.
+  bool wantsHierarchy(size_t count, size_t bytes) const {
+    const auto choice = options_.hierarchical;
+    return identity_.local_size < identity_.size && choice != HierarchyChoice::kNever &&
+           count >= static_cast<size_t>(size()) &&
+           (choice == HierarchyChoice::kAlways || bytes > options_.ring_threshold_bytes) &&
+           !(hierarchy_built_ && !hierarchy_);
+  }
   // Messages up to this size take the latency-optimal algorithms. Over shared memory the ring's
   // extra steps cost little, so it takes over much earlier than over TCP (both measured).
   size_t ringThreshold() const { return shm_ ? options_.shm_ring_threshold_bytes : options_.ring_threshold_bytes; }
@@ -138,14 +193,20 @@ class CommunicatorImpl {
                              common::Deadline::after(options_.timeout), scratch_};
     recorder_.start(sequence_, name, bytes);
     try {
+      Nesting nest;
       body(ctx);
       recorder_.finish(sequence_);
     } catch (const Error& e) {
       if (e.kind() == ErrorKind::kInvalidArgument || e.kind() == ErrorKind::kInternal) throw;
+      if (Nesting::depth > 0) {
+        broken_ = e;
+        throw;
+      }
       collectives::FailureReportOptions report{rank(), size(), rendezvous_.prefix, std::chrono::milliseconds(500),
-                                               [this](int r) { return transport_->describePeer(r); }};
-      const std::string message = "rank " + std::to_string(rank()) + ": " + e.what() +
-                                  "\n    rank " + std::to_string(rank()) + "'s last collectives: " +
+                                               [this](int r) { return transport_->describePeer(r); },
+                                               [this](int r) { return label(r); }};
+      const std::string me = "rank " + std::to_string(label(rank()));
+      const std::string message = me + ": " + e.what() + "\n    " + me + "'s last collectives: " +
                                   recorder_.describe();
       broken_.emplace(e.kind(), collectives::reportFailure(*store_, report, message, true));
       HORA_LOG(error, "{}", broken_->what());
@@ -171,18 +232,17 @@ class CommunicatorImpl {
   }
 
  private:
-  // Hosts are told apart by hostname: every rank publishes its own and reads all the others.
-  void deriveTopology(const common::Deadline& deadline) {
-    store_->set(rendezvous_.prefix + "host/" + std::to_string(rank()), identity_.hostname, deadline);
+  std::vector<std::string> readHostnames(const common::Deadline& deadline) {
     std::vector<std::string> hostnames(static_cast<size_t>(size()));
     for (int r = 0; r < size(); ++r)
       hostnames[static_cast<size_t>(r)] = store_->get(rendezvous_.prefix + "host/" + std::to_string(r), deadline);
-    identity_.deriveTopology(hostnames);
+    return hostnames;
   }
 
   Identity identity_;
   CommunicatorOptions options_;
   RendezvousOptions rendezvous_;
+  std::vector<int> labels_;
   std::unique_ptr<rendezvous::TcpStore> store_;
   std::unique_ptr<transport::Transport> transport_;
   uint32_t sequence_ = 0;
@@ -191,6 +251,7 @@ class CommunicatorImpl {
   std::vector<std::byte> prescaled_;
   std::optional<Error> broken_;
   bool shm_ = false;  // the transport is shared memory
+  std::string transport_name_;
   bool hierarchy_built_ = false;
   std::unique_ptr<collectives::Hierarchy> hierarchy_;
 };
@@ -264,7 +325,10 @@ std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& member
   sub.local_rank = sub.local_size = sub.cross_rank = sub.cross_size = Identity::kDerive;
   RendezvousOptions rendezvous = impl_->rendezvous();
   rendezvous.prefix += "split/" + key + "/";
-  return create(sub, rendezvous, options());
+  std::vector<int> labels;
+  for (int m : members) labels.push_back(impl_->label(m));
+  return std::unique_ptr<Communicator>(
+      new Communicator(std::make_unique<detail::CommunicatorImpl>(sub, rendezvous, options(), std::move(labels))));
 }
 
 void Communicator::allreduce(const void* send, void* recv, size_t count, DataType type,
@@ -288,10 +352,7 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
     return;
   }
   // Across hosts: within each host, then among the hosts (a decision every rank makes alike).
-  const auto choice = impl_->options().hierarchical;
-  const bool spans_hosts = identity().local_size < size();  // the same answer on every rank
-  if (spans_hosts && choice != HierarchyChoice::kNever && count >= static_cast<size_t>(size()) &&
-      (choice == HierarchyChoice::kAlways || bytes > impl_->options().ring_threshold_bytes)) {
+  if (impl_->wantsHierarchy(count, bytes)) {
     if (collectives::Hierarchy* h = impl_->hierarchy(*this)) {
       impl_->collective(OpKind::kAllreduce, op, bytes, [&](collectives::Context&) {
         h->allreduce(in, out, count, type, o, size());
@@ -412,6 +473,9 @@ std::vector<size_t> Communicator::exchangeCounts(std::span<const size_t> counts)
 
 std::string Communicator::algorithmFor(std::string_view collective, size_t bytes, ReduceOp op) const {
   if (size() == 1) return "local";
+  // (The element count is not known here; only tensors with fewer elements than ranks differ.)
+  if (collective == "allreduce" && impl_->wantsHierarchy(SIZE_MAX, bytes))
+    return "hierarchical (reduce-scatter, allreduce across hosts, allgather)";
   const bool small = bytes <= impl_->ringThreshold();
   std::string algorithm = "ring";
   if (collective == "allreduce" && small)
@@ -420,7 +484,7 @@ std::string Communicator::algorithmFor(std::string_view collective, size_t bytes
     algorithm = small ? "binomial tree" : "chain";
   else if (collective == "alltoall")
     algorithm = "pairwise";
-  return algorithm + " over tcp";
+  return algorithm + " over " + impl_->transportName();
 }
 
 void Communicator::barrier() {

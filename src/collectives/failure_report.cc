@@ -32,7 +32,7 @@ std::string reportFailure(rendezvous::Store& store, const FailureReportOptions& 
     for (int r = 0; r < o.size; ++r) {
       if (r == o.rank) continue;
       const auto& report = reports[static_cast<size_t>(r)];
-      if (!report.empty()) others += "\n  rank " + std::to_string(r) + " reported: " + report;
+      if (!report.empty()) others += "\n  rank " + std::to_string(o.label(r)) + " reported: " + report;
       else silent += (silent.empty() ? "" : ", ") + o.describe_peer(r);
     }
     std::string message = error;

@@ -22,6 +22,7 @@ struct FailureReportOptions {
   std::string key_prefix;
   std::chrono::milliseconds grace{500};
   std::function<std::string(int)> describe_peer;  // "rank 3 (10.0.0.2:4000)"
+  std::function<int(int)> label = [](int r) { return r; };  // a rank's number in messages
 };
 
 // Publishes `error` and returns it extended with what the other ranks reported.

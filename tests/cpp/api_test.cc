@@ -194,6 +194,50 @@ TEST(Identity, CommunicatorDerivesTopologyWhenTheLauncherGaveOnlyRankAndSize) {
   }
 }
 
+// The transport is chosen per pair: shared memory between the ranks of a host, TCP between
+// hosts; HORA_TRANSPORT=tcp forces TCP everywhere. Split communicators name their members by
+// their ranks in the parent.
+TEST(Api, TransportPerPairOfRanks) {
+  const std::vector<std::string> two_hosts = {"a", "b", "b", "a"};
+  runThreads(4, [](Communicator& c) {
+    EXPECT_EQ(c.algorithmFor("allgather", 1 << 20), "ring over shared memory + tcp");
+    EXPECT_EQ(c.algorithmFor("allreduce", 64 << 20).rfind("hierarchical", 0), 0u);
+    EXPECT_EQ(c.identity().local_size, 2);
+  }, testOptions(), two_hosts);
+  runThreads(3, [](Communicator& c) {
+    EXPECT_EQ(c.algorithmFor("allgather", 1 << 20), "ring over shared memory");
+  });
+  CommunicatorOptions tcp = testOptions();
+  tcp.transport = TransportChoice::kTcp;
+  runThreads(4, [](Communicator& c) {
+    EXPECT_EQ(c.algorithmFor("broadcast", 1 << 20), "chain over tcp");
+  }, tcp, two_hosts);
+  // Every rank alone on its host: nothing to share.
+  runThreads(3, [](Communicator& c) {
+    EXPECT_EQ(c.algorithmFor("broadcast", 1), "binomial tree over tcp");
+  }, testOptions(), {"x", "y", "z"});
+}
+
+TEST(Api, ASplitNamesItsMembersByTheirRanksInTheParent) {
+  CommunicatorOptions o = testOptions();
+  o.timeout = std::chrono::seconds(2);
+  const auto errors = runThreadsCollectErrors(4, [](Communicator& c) {
+    if (c.rank() == 0) return;
+    auto sub = c.split({1, 2, 3}, "named");
+    int x = 1;
+    // Rank 3 of the parent (rank 2 of the split) skips the allreduce (a count of 0 sends
+    // nothing) and leaves: the others must name it "rank 3".
+    sub->allreduce(&x, &x, c.rank() == 3 ? 0 : 1, DataType::kInt32);
+    if (c.rank() != 3) sub->barrier();
+  }, o);
+  EXPECT_EQ(errors[0], "");
+  for (int r : {1, 2}) {
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank " + std::to_string(r) + ": "), std::string::npos)
+        << errors[static_cast<size_t>(r)];
+    EXPECT_NE(errors[static_cast<size_t>(r)].find("rank 3"), std::string::npos) << errors[static_cast<size_t>(r)];
+  }
+}
+
 TEST(CApi, StatusesAndMessages) {
   // Without HORA_* variables (the test process has none) the C ABI gives a size-1 communicator.
   hora_comm* comm = nullptr;

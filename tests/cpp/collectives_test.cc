@@ -30,12 +30,16 @@ std::vector<size_t> smallCounts(int n) {
 // How the algorithms are forced: the defaults, everything through the ring with tiny chunks
 // (many chunks per segment, so the pipelining is exercised), or recursive doubling throughout.
 // The ranks are threads of one host, so these run over shared memory; the kTcp modes force TCP.
-enum class Mode { kDefault, kRingTinyChunks, kTreeOnly, kTcp, kTcpRingTinyChunks };
+// The kHybrid modes put the ranks on two pretend hosts, alternately (rank 0, 2, ... on one), so
+// each collective mixes shared-memory and TCP peers (Note [mixed transfer sets]); kHybrid keeps
+// the hierarchical allreduce on (even hosts), kHybridFlatTinyChunks forces the flat ring.
+enum class Mode { kDefault, kRingTinyChunks, kTreeOnly, kTcp, kTcpRingTinyChunks, kHybrid, kHybridFlatTinyChunks };
 
 CommunicatorOptions optionsFor(Mode m) {
   CommunicatorOptions o = testOptions();
   if (m == Mode::kTcp || m == Mode::kTcpRingTinyChunks) o.transport = TransportChoice::kTcp;
-  if (m == Mode::kRingTinyChunks || m == Mode::kTcpRingTinyChunks) {
+  if (m == Mode::kHybridFlatTinyChunks) o.hierarchical = HierarchyChoice::kNever;
+  if (m == Mode::kRingTinyChunks || m == Mode::kTcpRingTinyChunks || m == Mode::kHybridFlatTinyChunks) {
     o.ring_threshold_bytes = o.shm_ring_threshold_bytes = 0;
     o.chunk_bytes = 48;
   } else if (m == Mode::kTreeOnly) {
@@ -54,7 +58,8 @@ void PrintTo(const Param& p, std::ostream* os) {
 }
 
 std::string paramName(const ::testing::TestParamInfo<Param>& info) {
-  static const char* kModes[] = {"default", "ring_tiny_chunks", "tree_only", "tcp", "tcp_ring_tiny_chunks"};
+  static const char* kModes[] = {"default", "ring_tiny_chunks", "tree_only", "tcp", "tcp_ring_tiny_chunks",
+                                 "hybrid", "hybrid_flat_tiny_chunks"};
   return "np" + std::to_string(info.param.size) + "_" + kModes[static_cast<int>(info.param.mode)];
 }
 
@@ -62,6 +67,16 @@ class Collectives : public ::testing::TestWithParam<Param> {
  protected:
   int n() const { return GetParam().size; }
   CommunicatorOptions options() const { return optionsFor(GetParam().mode); }
+  bool hybrid() const { return GetParam().mode == Mode::kHybrid || GetParam().mode == Mode::kHybridFlatTinyChunks; }
+  bool large() const {
+    const Mode m = GetParam().mode;
+    return largeSizes() && (m == Mode::kDefault || m == Mode::kTcp || m == Mode::kHybrid);
+  }
+  void runRanks(const std::function<void(Communicator&)>& fn) const {
+    std::vector<std::string> hosts;
+    for (int r = 0; hybrid() && r < n(); ++r) hosts.push_back("host" + std::to_string(r % 2));
+    runThreads(n(), fn, options(), hosts);
+  }
 };
 
 // Checks `count` elements of `got` against expectedReduction; returns the number of mismatches
@@ -102,7 +117,7 @@ void runAllreduce(Communicator& c, DataType t, ReduceOp op, size_t count, bool i
 }
 
 TEST_P(Collectives, Allreduce) {
-  runThreads(n(), [&](Communicator& c) {
+  runRanks([&](Communicator& c) {
     for (DataType t : kAllTypes)
       for (ReduceOp op : kAllOps)
         for (size_t count : smallCounts(n()))
@@ -111,7 +126,7 @@ TEST_P(Collectives, Allreduce) {
     for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64})
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax})
         runAllreduce(c, t, op, 1023, false, 2.0, 0.5);
-    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp)) {
+    if (large()) {
       for (DataType t : kAllTypes) runAllreduce(c, t, ReduceOp::kSum, (1 << 20) + 3, false);
       runAllreduce(c, DataType::kFloat32, ReduceOp::kAverage, (1 << 20) + 3, true, 1.0, 3.0);
       if (n() <= 3) {
@@ -119,7 +134,7 @@ TEST_P(Collectives, Allreduce) {
         runAllreduce(c, DataType::kFloat32, ReduceOp::kMax, size_t{16} << 20, true);
       }
     }
-  }, options());
+  });
 }
 
 // Block counts for rank r that differ between ranks (and are 0 for some).
@@ -152,19 +167,19 @@ void runAllgather(Communicator& c, DataType t, const std::vector<size_t>& counts
 }
 
 TEST_P(Collectives, Allgather) {
-  runThreads(n(), [&](Communicator& c) {
+  runRanks([&](Communicator& c) {
     for (DataType t : kAllTypes)
       for (size_t count : smallCounts(n()))
         for (bool in_place : {false, true}) {
           runAllgather(c, t, std::vector<size_t>(static_cast<size_t>(n()), count), in_place);
           runAllgather(c, t, unevenCounts(n(), count), in_place);
         }
-    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp)) {
+    if (large()) {
       runAllgather(c, DataType::kFloat32, unevenCounts(n(), ((1 << 20) + 3) / static_cast<size_t>(n())), false);
       if (n() <= 3)
         runAllgather(c, DataType::kFloat32, std::vector<size_t>(static_cast<size_t>(n()), (size_t{16} << 20) / static_cast<size_t>(n())), true);
     }
-  }, options());
+  });
 }
 
 void runBroadcast(Communicator& c, DataType t, size_t count, int root) {
@@ -182,15 +197,15 @@ void runBroadcast(Communicator& c, DataType t, size_t count, int root) {
 }
 
 TEST_P(Collectives, Broadcast) {
-  runThreads(n(), [&](Communicator& c) {
+  runRanks([&](Communicator& c) {
     for (DataType t : kAllTypes)
       for (size_t count : smallCounts(n()))
         for (int root = 0; root < n(); ++root) runBroadcast(c, t, count, root);
-    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp)) {
+    if (large()) {
       runBroadcast(c, DataType::kFloat64, (1 << 20) + 3, n() - 1);
       if (n() <= 3) runBroadcast(c, DataType::kFloat32, size_t{16} << 20, 0);
     }
-  }, options());
+  });
 }
 
 void runReducescatter(Communicator& c, DataType t, ReduceOp op, const std::vector<size_t>& counts,
@@ -209,7 +224,7 @@ void runReducescatter(Communicator& c, DataType t, ReduceOp op, const std::vecto
 }
 
 TEST_P(Collectives, Reducescatter) {
-  runThreads(n(), [&](Communicator& c) {
+  runRanks([&](Communicator& c) {
     for (DataType t : kAllTypes)
       for (ReduceOp op : kAllOps)
         for (size_t count : smallCounts(n()))
@@ -217,12 +232,12 @@ TEST_P(Collectives, Reducescatter) {
             runReducescatter(c, t, op, std::vector<size_t>(static_cast<size_t>(n()), count), in_place);
             runReducescatter(c, t, op, unevenCounts(n(), count), in_place);
           }
-    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp)) {
+    if (large()) {
       runReducescatter(c, DataType::kFloat32, ReduceOp::kSum, unevenCounts(n(), ((1 << 20) + 3) / static_cast<size_t>(n())), false);
       if (n() <= 3)
         runReducescatter(c, DataType::kBFloat16, ReduceOp::kSum, std::vector<size_t>(static_cast<size_t>(n()), (size_t{16} << 20) / static_cast<size_t>(n())), true);
     }
-  }, options());
+  });
 }
 
 void runAlltoall(Communicator& c, DataType t, size_t base) {
@@ -258,22 +273,22 @@ void runAlltoall(Communicator& c, DataType t, size_t base) {
 }
 
 TEST_P(Collectives, Alltoall) {
-  runThreads(n(), [&](Communicator& c) {
+  runRanks([&](Communicator& c) {
     for (DataType t : kAllTypes)
       for (size_t count : smallCounts(n())) runAlltoall(c, t, count);
-    if (largeSizes() && (GetParam().mode == Mode::kDefault || GetParam().mode == Mode::kTcp))
+    if (large())
       runAlltoall(c, DataType::kInt32, ((1 << 20) + 3) / static_cast<size_t>(n()));
-  }, options());
+  });
 }
 
 TEST_P(Collectives, BarrierAndMixedSequence) {
-  runThreads(n(), [&](Communicator& c) {
+  runRanks([&](Communicator& c) {
     for (int i = 0; i < 20; ++i) {
       c.barrier();
       runAllreduce(c, DataType::kFloat32, ReduceOp::kSum, static_cast<size_t>(i * 37), i % 2 == 0);
       runBroadcast(c, DataType::kInt8, static_cast<size_t>(i), i % c.size());
     }
-  }, options());
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -283,7 +298,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Param{2, Mode::kRingTinyChunks}, Param{3, Mode::kRingTinyChunks},
                       Param{5, Mode::kRingTinyChunks}, Param{3, Mode::kTreeOnly},
                       Param{5, Mode::kTreeOnly}, Param{8, Mode::kTreeOnly}, Param{2, Mode::kTcp},
-                      Param{3, Mode::kTcp}, Param{5, Mode::kTcp}, Param{3, Mode::kTcpRingTinyChunks}),
+                      Param{3, Mode::kTcp}, Param{5, Mode::kTcp}, Param{3, Mode::kTcpRingTinyChunks},
+                      Param{4, Mode::kHybrid}, Param{5, Mode::kHybrid}, Param{4, Mode::kHybridFlatTinyChunks},
+                      Param{5, Mode::kHybridFlatTinyChunks}),
     paramName);
 
 }  // namespace

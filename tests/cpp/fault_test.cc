@@ -42,18 +42,27 @@ void expectNamed(const WorkerOutcome& o, int rank, const std::string& victim) {
       << "rank " << rank << " output does not name " << victim << ":\n" << o.output;
 }
 
-// Every fault test runs over shared memory (the ranks are processes of one host) and over TCP.
+// Every fault test runs over shared memory (the ranks are processes of one host), over TCP, and
+// on two pretend hosts (ranks 0 and 2 on one, 1 and 3 on the other), so the victim is a
+// shared-memory peer of some ranks and a TCP peer of the others: "hybrid" runs the flat ring
+// across them, "hierarchical" the hierarchical allreduce (collectives of sub-communicators).
 class Faults : public ::testing::TestWithParam<std::string> {
  protected:
+  bool twoHosts() const { return GetParam() == "hybrid" || GetParam() == "hierarchical"; }
   std::map<std::string, std::string> env(std::map<std::string, std::string> more = {}) const {
-    more["HORA_TRANSPORT"] = GetParam();
+    more["HORA_TRANSPORT"] = twoHosts() ? "auto" : GetParam();
+    more["HORA_HIERARCHICAL_ALLREDUCE"] = GetParam() == "hierarchical" ? "1" : "0";
     return more;
+  }
+  std::vector<std::string> hosts() const {
+    if (!twoHosts()) return {};
+    return {"host0", "host1", "host0", "host1"};
   }
 };
 
 TEST_P(Faults, SigkillOneRankEveryOtherRankNamesItWithinTwoSeconds) {
   constexpr int kRanks = 4, kVictim = 2;
-  ProcessJob job(kRanks, "allreduce_stream", env());
+  ProcessJob job(kRanks, "allreduce_stream", env(), hosts());
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job.waitForOutput(r, "ready", 30s)) << "rank " << r;
   std::this_thread::sleep_for(100ms);
   const auto killed_at = std::chrono::steady_clock::now();
@@ -73,7 +82,7 @@ TEST_P(Faults, SigkillOneRankEveryOtherRankNamesItWithinTwoSeconds) {
 
 TEST_P(Faults, SigstopOneRankOthersTimeOutNamingIt) {
   constexpr int kRanks = 4, kVictim = 1;
-  ProcessJob job(kRanks, "allreduce_stream", env({{"HORA_TIMEOUT_SECONDS", "3"}}));
+  ProcessJob job(kRanks, "allreduce_stream", env({{"HORA_TIMEOUT_SECONDS", "3"}}), hosts());
   for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(job.waitForOutput(r, "ready", 30s)) << "rank " << r;
   const auto stopped_at = std::chrono::steady_clock::now();
   ::kill(job.pid(kVictim), SIGSTOP);
@@ -103,7 +112,7 @@ TEST_P(Faults, SigstopOneRankOthersTimeOutNamingIt) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Transports, Faults, ::testing::Values("shm", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Transports, Faults, ::testing::Values("shm", "tcp", "hybrid", "hierarchical"),
                          [](const ::testing::TestParamInfo<std::string>& p) { return p.param; });
 
 HORA_WORKER_SCENARIO(two_communicators) {

@@ -45,7 +45,7 @@ namespace {
 
 // Runs fn(rank's communicator) on `size` threads sharing one in-process store; returns each
 // rank's exception message ("" when it returned normally).
-std::vector<std::string> runRanks(int size, const CommunicatorOptions& options,
+std::vector<std::string> runRanks(int size, const CommunicatorOptions& options, const std::vector<std::string>& hosts,
                                   const std::function<void(std::unique_ptr<Communicator>)>& fn) {
   rendezvous::TcpStoreServer store("127.0.0.1", 0, kTestSecret);
   const std::string prefix = "job" + std::to_string(job_counter++) + "/";
@@ -60,6 +60,10 @@ std::vector<std::string> runRanks(int size, const CommunicatorOptions& options,
         id.local_rank = r;
         id.local_size = size;
         id.hostname = "localhost";
+        if (!hosts.empty()) {
+          id.local_rank = id.local_size = id.cross_rank = id.cross_size = Identity::kDerive;
+          id.hostname = hosts[static_cast<size_t>(r)];
+        }
         fn(Communicator::create(id, {"127.0.0.1", store.port(), kTestSecret, prefix}, options));
       } catch (const std::exception& e) {
         auto& slot = errors[static_cast<size_t>(r)];
@@ -75,21 +79,22 @@ std::vector<std::string> runRanks(int size, const CommunicatorOptions& options,
 }  // namespace
 
 std::vector<std::string> runThreadsCollectErrors(int size, const std::function<void(Communicator&)>& fn,
-                                                 const CommunicatorOptions& options) {
-  return runRanks(size, options, [&](std::unique_ptr<Communicator> comm) { fn(*comm); });
+                                                 const CommunicatorOptions& options,
+                                                 const std::vector<std::string>& hosts) {
+  return runRanks(size, options, hosts, [&](std::unique_ptr<Communicator> comm) { fn(*comm); });
 }
 
 std::vector<std::string> runEngines(int size, const std::function<void(Engine&)>& fn,
                                     const EngineOptions& options, const CommunicatorOptions& comm_options) {
-  return runRanks(size, comm_options, [&](std::unique_ptr<Communicator> comm) {
+  return runRanks(size, comm_options, {}, [&](std::unique_ptr<Communicator> comm) {
     Engine engine(std::move(comm), options);
     fn(engine);
   });
 }
 
 void runThreads(int size, const std::function<void(Communicator&)>& fn,
-                const CommunicatorOptions& options) {
-  const auto errors = runThreadsCollectErrors(size, fn, options);
+                const CommunicatorOptions& options, const std::vector<std::string>& hosts) {
+  const auto errors = runThreadsCollectErrors(size, fn, options, hosts);
   for (int r = 0; r < size; ++r)
     EXPECT_EQ(errors[static_cast<size_t>(r)], "") << "rank " << r << " of " << size << " threw";
 }
@@ -122,7 +127,8 @@ void runWorkerIfRequested(int argc, char** argv) {
   }
 }
 
-ProcessJob::ProcessJob(int size, const std::string& scenario, std::map<std::string, std::string> env)
+ProcessJob::ProcessJob(int size, const std::string& scenario, std::map<std::string, std::string> env,
+                       const std::vector<std::string>& hosts)
     : store_(std::make_unique<rendezvous::TcpStoreServer>("127.0.0.1", 0, kTestSecret)) {
   char self[4096] = {};
   const ssize_t n = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -135,6 +141,7 @@ ProcessJob::ProcessJob(int size, const std::string& scenario, std::map<std::stri
     e.emplace("HORA_RENDEZVOUS_ADDR", "127.0.0.1");
     e.emplace("HORA_RENDEZVOUS_PORT", std::to_string(store_->port()));
     e.emplace("HORA_SECRET", kTestSecret);
+    if (!hosts.empty()) e.emplace("HORA_HOSTNAME", hosts[static_cast<size_t>(r)]);
     std::vector<std::string> strings;
     for (char** p = environ; *p; ++p) {
       const std::string s = *p;

@@ -32,12 +32,15 @@ CommunicatorOptions testOptions();
 std::vector<std::string> horaSegments();
 
 // Runs fn on `size` ranks; fails the current test (naming the rank) if any rank throws.
+// `hosts`: each rank's hostname, to pretend the threads run on several hosts (the topology is
+// derived from them); empty: one host.
 void runThreads(int size, const std::function<void(Communicator&)>& fn,
-                const CommunicatorOptions& options = testOptions());
+                const CommunicatorOptions& options = testOptions(), const std::vector<std::string>& hosts = {});
 
 // Like runThreads but returns each rank's exception message ("" when it returned normally).
 std::vector<std::string> runThreadsCollectErrors(int size, const std::function<void(Communicator&)>& fn,
-                                                 const CommunicatorOptions& options = testOptions());
+                                                 const CommunicatorOptions& options = testOptions(),
+                                                 const std::vector<std::string>& hosts = {});
 
 // Runs fn on `size` ranks, each with its own Engine over its own Communicator.
 std::vector<std::string> runEngines(int size, const std::function<void(Engine&)>& fn,
@@ -62,7 +65,9 @@ struct WorkerOutcome {
 
 class ProcessJob {
  public:
-  ProcessJob(int size, const std::string& scenario, std::map<std::string, std::string> env = {});
+  // `hosts`: each rank's HORA_HOSTNAME, to pretend the ranks run on several hosts; empty: one.
+  ProcessJob(int size, const std::string& scenario, std::map<std::string, std::string> env = {},
+             const std::vector<std::string>& hosts = {});
   ~ProcessJob();  // SIGKILLs whatever still runs
 
   pid_t pid(int rank) const { return pids_[static_cast<size_t>(rank)]; }

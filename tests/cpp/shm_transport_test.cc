@@ -36,8 +36,10 @@ std::vector<std::unique_ptr<ShmTransport>> makeShm(int size, rendezvous::TcpStor
       transport::shm::ShmOptions o;
       o.chunk_bytes = chunk_bytes;
       o.key_prefix = prefix;
-      out[static_cast<size_t>(r)] =
-          std::make_unique<ShmTransport>(r, transport::tcp::connectMesh(mesh, store, d), o, store, d);
+      std::vector<int> everyone(static_cast<size_t>(size));
+      std::iota(everyone.begin(), everyone.end(), 0);
+      out[static_cast<size_t>(r)] = std::make_unique<ShmTransport>(r, transport::tcp::connectMesh(mesh, store, d),
+                                                                   std::move(everyone), o, store, d);
     });
   for (auto& t : threads) t.join();
   return out;

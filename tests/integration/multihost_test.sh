@@ -34,12 +34,17 @@ run -np 2 -H "$h1:1,$h2:1" sh -c 'cat /proc/$$/cmdline | tr "\0" " "; echo; ps -
 ! grep -q "HORA_SECRET=" "$tmp/out" && ! grep -E -q '[0-9a-f]{64}' "$tmp/out"
 check "the job secret is on no command line of any host" $?
 
+# The flat algorithms (hierarchy off), each over shared memory between the ranks of a host and
+# TCP between hosts: the log says so on every rank that shares its host.
 for spec in "$h1:2,$h2:2" "$h1:3,$h2:1" "$h1:1,$h2:1,$h3:2"; do
+  sharing=$(( $(echo "$spec" | tr ',' '\n' | cut -d: -f2 | awk '$1 > 1 { n += $1 } END { print n + 0 }') ))
   for op in allreduce allgather broadcast reducescatter alltoall; do
-    run -np 4 -H "$spec" "$bench" "$op" -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
+    run -np 4 -H "$spec" -x HORA_HIERARCHICAL_ALLREDUCE=0 -x HORA_LOG_LEVEL=info "$bench" "$op" -b 4 -e 2M -f 32 -c 1 \
+      >"$tmp/out" 2>&1
     code=$?
-    [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out"
-    check "$op across hosts $spec checks clean against the reference (code $code)" $?
+    mixed=$(grep -c "transport: shared memory with [1-9] other rank(s) of host" "$tmp/out")
+    [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && [ "$mixed" = "$sharing" ]
+    check "$op across hosts $spec checks clean against the reference, $mixed ranks mixing shm and tcp (code $code)" $?
   done
 done
 

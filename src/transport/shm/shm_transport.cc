@@ -33,7 +33,9 @@ namespace hora::transport::shm {
 // ring the sleeper waits on (new data for it, or room freed in a ring it writes) bumps the
 // doorbell and wakes it when `sleeping` is set. Publishing a position and reading `sleeping`, and
 // setting `sleeping` and checking the rings, are sequentially consistent pairs, so one of the two
-// sides always sees the other (no lost wake-up).
+// sides always sees the other (no lost wake-up). A rank that also waits for TCP peers sleeps in
+// poll() instead (Note [mixed transfer sets]): `sleeping` then says kInPoll, and the first peer
+// to move a ring takes the flag and sends one kWake byte on its socket, which that poll() watches.
 //
 // Note [shm liveness]: shared memory cannot tell that a peer died, but the TCP mesh that set the
 // job up can: its sockets stay open, carrying only two kinds of byte, kWake (wake an idle
@@ -50,8 +52,9 @@ constexpr size_t kHeaderBytes = 16;
 constexpr char kWake = 'W';
 constexpr char kGoodbye = 'G';
 constexpr auto kLivenessCheck = std::chrono::milliseconds(20);
-constexpr auto kSlowYield = std::chrono::microseconds(200);
 constexpr int kBusyPolls = 2000;  // about 2-10 us of polling before the first yield
+constexpr uint32_t kOnFutex = 1;   // Inbox::Header::sleeping
+constexpr uint32_t kInPoll = 2;
 
 size_t roundUp16(size_t n) { return (n + 15) & ~size_t{15}; }
 
@@ -77,10 +80,10 @@ struct ShmTransport::Channel {
 struct ShmTransport::Inbox {
   struct alignas(64) Header {
     uint32_t magic;
-    uint32_t size;
+    uint32_t size;  // members
     uint64_t ring_bytes;
     std::atomic<uint32_t> doorbell;  // futex word
-    std::atomic<uint32_t> sleeping;  // 1 while the owner sleeps on the doorbell
+    std::atomic<uint32_t> sleeping;  // kOnFutex or kInPoll while the owner sleeps
     std::atomic<uint32_t> idle;      // 1 while the owner's engine sleeps in waitForIncoming
   };
   Header header;
@@ -141,12 +144,14 @@ void* mapSegment(const std::string& name, size_t bytes, int peer) {
 
 }  // namespace
 
-ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, const ShmOptions& options,
-                           rendezvous::Store& store, const common::Deadline& deadline)
-    : rank_(rank), options_(options), peers_(std::move(peers)), inboxes_(peers_.size(), nullptr),
-      written_(peers_.size(), 0), consumed_(peers_.size(), 0), departed_(peers_.size(), false),
-      closed_(peers_.size(), false) {
-  const int n = size();
+ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std::vector<int> members,
+                           const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline)
+    : rank_(rank), options_(options), peers_(std::move(peers)), members_(std::move(members)),
+      slot_(peers_.size(), -1), inboxes_(peers_.size(), nullptr), written_(peers_.size(), 0),
+      consumed_(peers_.size(), 0), departed_(peers_.size(), false), closed_(peers_.size(), false),
+      runs_(peers_.size()) {
+  const int n = static_cast<int>(members_.size());
+  for (int i = 0; i < n; ++i) slot_[static_cast<size_t>(members_[static_cast<size_t>(i)])] = i;
   const size_t ring_bytes = roundUp16(std::max<size_t>(options_.chunk_bytes * kRingChunks, 4096));
   const size_t bytes = Inbox::bytesFor(n, ring_bytes);
   auto [name, mine] = createSegment(bytes);
@@ -155,11 +160,11 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, con
     inbox->header.magic = kInboxMagic;
     inbox->header.size = static_cast<uint32_t>(n);
     inbox->header.ring_bytes = ring_bytes;
-    for (int p = 0; p < n; ++p) new (&inbox->channel(p)) Channel{};
+    for (int i = 0; i < n; ++i) new (&inbox->channel(i)) Channel{};
     inboxes_[static_cast<size_t>(rank_)] = inbox;
     const std::string prefix = options_.key_prefix + "shm/";
     store.set(prefix + std::to_string(rank_), name, deadline);
-    for (int p = 0; p < n; ++p) {
+    for (int p : members_) {
       if (p == rank_) continue;
       const std::string peer_name = store.get(prefix + std::to_string(p), deadline);
       auto* peer = static_cast<Inbox*>(mapSegment(peer_name, bytes, p));
@@ -170,9 +175,9 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, con
                             "(HORA_CHUNK_BYTES differs between ranks?)");
       }
     }
-    // Everyone has mapped everything: the names can go, so nothing outlives the job.
+    // Every member has mapped everything: the names can go, so nothing outlives the job.
     store.set(prefix + "mapped/" + std::to_string(rank_), "1", deadline);
-    for (int p = 0; p < n; ++p) {
+    for (int p : members_) {
       if (p != rank_) store.get(prefix + "mapped/" + std::to_string(p), deadline);
     }
     ::shm_unlink(name.c_str());
@@ -186,10 +191,7 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, con
   for (auto& p : peers_) {
     if (p.fd.valid()) common::setNonBlocking(p.fd.get());
   }
-  runs_.resize(peers_.size());
-  cpu_set_t cpus;
-  const int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  oversubscribed_ = n > cores;
+  oversubscribed_ = oversubscribes(n);
 }
 
 ShmTransport::~ShmTransport() {
@@ -200,12 +202,15 @@ ShmTransport::~ShmTransport() {
     }
     ::shutdown(peers_[p].fd.get(), SHUT_WR);
   }
-  const size_t bytes = Inbox::bytesFor(size(), inboxes_[static_cast<size_t>(rank_)]->header.ring_bytes);
-  for (Inbox* inbox : inboxes_) ::munmap(inbox, bytes);
+  const size_t bytes = Inbox::bytesFor(static_cast<int>(members_.size()),
+                                       inboxes_[static_cast<size_t>(rank_)]->header.ring_bytes);
+  for (Inbox* inbox : inboxes_) {
+    if (inbox) ::munmap(inbox, bytes);
+  }
 }
 
 std::string ShmTransport::describePeer(int rank) const {
-  return "rank " + std::to_string(rank) + " (shared memory; " + peers_[static_cast<size_t>(rank)].address + ")";
+  return tcp::describePeerConnection(peers_, rank, "shared memory; ");
 }
 
 void ShmTransport::fail(Error error) {
@@ -213,17 +218,31 @@ void ShmTransport::fail(Error error) {
   rethrowAs(error);
 }
 
-ShmTransport::Channel& ShmTransport::outgoing(int peer) const { return inboxes_[static_cast<size_t>(peer)]->channel(rank_); }
-ShmTransport::Channel& ShmTransport::incoming(int peer) const { return inboxes_[static_cast<size_t>(rank_)]->channel(peer); }
+ShmTransport::Channel& ShmTransport::outgoing(int peer) const {
+  return inboxes_[static_cast<size_t>(peer)]->channel(slot_[static_cast<size_t>(rank_)]);
+}
+ShmTransport::Channel& ShmTransport::incoming(int peer) const {
+  return inboxes_[static_cast<size_t>(rank_)]->channel(slot_[static_cast<size_t>(peer)]);
+}
+
+bool ShmTransport::serves(int peer) const {
+  return peer >= 0 && peer < size() && peer != rank_ && slot_[static_cast<size_t>(peer)] >= 0;
+}
 
 void ShmTransport::ring(int peer, bool wake_idle) {
   auto& h = inboxes_[static_cast<size_t>(peer)]->header;
-  if (h.sleeping.load(std::memory_order_seq_cst) != 0) {
+  const int fd = peers_[static_cast<size_t>(peer)].fd.get();
+  const uint32_t sleeping = h.sleeping.load(std::memory_order_seq_cst);
+  if (sleeping == kOnFutex) {
     h.doorbell.fetch_add(1, std::memory_order_seq_cst);
     futex(&h.doorbell, FUTEX_WAKE, 1, nullptr);
+  } else if (sleeping == kInPoll) {
+    uint32_t expected = kInPoll;  // one byte per sleep, however many rings move
+    if (h.sleeping.compare_exchange_strong(expected, 0))
+      [[maybe_unused]] auto n = ::send(fd, &kWake, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
   if (wake_idle && h.idle.load(std::memory_order_seq_cst) != 0 && h.idle.exchange(0) != 0) {
-    [[maybe_unused]] auto n = ::send(peers_[static_cast<size_t>(peer)].fd.get(), &kWake, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    [[maybe_unused]] auto n = ::send(fd, &kWake, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
   }
 }
 
@@ -231,7 +250,7 @@ bool ShmTransport::progressSend(int peer, Lane& lane, const OpTag& tag) {
   bool progressed = false;
   Channel& ch = outgoing(peer);
   const size_t capacity = inboxes_[static_cast<size_t>(peer)]->header.ring_bytes;
-  std::byte* ring_data = inboxes_[static_cast<size_t>(peer)]->ringOf(rank_);
+  std::byte* ring_data = inboxes_[static_cast<size_t>(peer)]->ringOf(slot_[static_cast<size_t>(rank_)]);
   uint64_t& w = written_[static_cast<size_t>(peer)];
   while (!lane.idle()) {
     Transfer& t = *lane.queue[lane.head];
@@ -271,7 +290,7 @@ bool ShmTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
   Channel& ch = incoming(peer);
   Inbox& inbox = *inboxes_[static_cast<size_t>(rank_)];
   const size_t capacity = inbox.header.ring_bytes;
-  const std::byte* ring_data = inbox.ringOf(peer);
+  const std::byte* ring_data = inbox.ringOf(slot_[static_cast<size_t>(peer)]);
   uint64_t& r = consumed_[static_cast<size_t>(peer)];
   while (!lane.idle()) {
     Transfer& t = *lane.queue[lane.head];
@@ -322,9 +341,9 @@ bool ShmTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
 
 // True when some lane could move now: data waiting for a receive, room for a send whose data is
 // ready.
-bool ShmTransport::canProgress(const std::vector<PeerRun>& runs, const std::vector<int>& active) const {
-  for (int p : active) {
-    const PeerRun& run = runs[static_cast<size_t>(p)];
+bool ShmTransport::canProgress() const {
+  for (int p : active_) {
+    const PeerRun& run = runs_[static_cast<size_t>(p)];
     if (!run.recv.idle() &&
         incoming(p).written.load(std::memory_order_seq_cst) != consumed_[static_cast<size_t>(p)]) {
       return true;
@@ -341,12 +360,11 @@ bool ShmTransport::canProgress(const std::vector<PeerRun>& runs, const std::vect
   return false;
 }
 
-void ShmTransport::sleepOnDoorbell(const std::vector<PeerRun>& runs, const std::vector<int>& active,
-                                   const common::Deadline& deadline) {
+void ShmTransport::sleepOnDoorbell(const common::Deadline& deadline) {
   auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
-  h.sleeping.store(1, std::memory_order_seq_cst);  // Note [shm rings]: announce, then look
+  h.sleeping.store(kOnFutex, std::memory_order_seq_cst);  // Note [shm rings]: announce, then look
   const uint32_t bell = h.doorbell.load(std::memory_order_seq_cst);
-  if (!canProgress(runs, active)) {
+  if (!canProgress()) {
     const auto slice = std::min<std::chrono::milliseconds>(
         kLivenessCheck, std::max(deadline.remaining(), std::chrono::milliseconds(1)));
     timespec ts{0, static_cast<long>(std::chrono::nanoseconds(slice).count())};
@@ -374,11 +392,11 @@ bool ShmTransport::drainSocket(int peer) {
 
 // Note [shm liveness]: a peer this rank waits for whose socket closed is gone; what it wrote
 // before is still in the ring, so it is only an error once nothing more can move.
-void ShmTransport::checkPeers(const std::vector<PeerRun>& runs, const std::vector<int>& active, const OpTag& tag) {
+void ShmTransport::checkPeers(const OpTag& tag) {
   std::vector<pollfd> fds;
   std::vector<int> waited_for;  // peers with transfers left; a peer that is done may leave
-  for (int p : active) {
-    const PeerRun& run = runs[static_cast<size_t>(p)];
+  for (int p : active_) {
+    const PeerRun& run = runs_[static_cast<size_t>(p)];
     if (run.send.idle() && run.recv.idle()) continue;
     fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), POLLIN | POLLRDHUP, 0});
     waited_for.push_back(p);
@@ -387,8 +405,8 @@ void ShmTransport::checkPeers(const std::vector<PeerRun>& runs, const std::vecto
   for (size_t i = 0; i < fds.size(); ++i) {
     const int p = waited_for[i];
     if (fds[i].revents == 0 || drainSocket(p)) continue;
-    if (canProgress(runs, active)) return;  // finish reading what it left first
-    const PeerRun& run = runs[static_cast<size_t>(p)];
+    if (canProgress()) return;  // finish reading what it left first
+    const PeerRun& run = runs_[static_cast<size_t>(p)];
     const std::string here = std::string(tag.name) + " #" + std::to_string(tag.sequence);
     const std::string owed = !run.recv.idle() ? "expects " + std::to_string(run.recv.queue[run.recv.head]->bytes) +
                                                     " bytes from it"
@@ -401,10 +419,9 @@ void ShmTransport::checkPeers(const std::vector<PeerRun>& runs, const std::vecto
   }
 }
 
-void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const common::Deadline& deadline) {
+void ShmTransport::begin(std::span<Transfer> transfers) {
   if (broken_) rethrowAs(*broken_);
-  std::vector<PeerRun>& runs = runs_;  // reused: a small collective allocates nothing
-  for (PeerRun& r : runs) {
+  for (PeerRun& r : runs_) {  // reused: a small collective allocates nothing
     r.send.queue.clear();
     r.send.head = 0;
     r.send.header_done = false;
@@ -413,118 +430,147 @@ void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const co
     r.recv.header_done = false;
   }
   for (Transfer& t : transfers) {
-    if (t.peer < 0 || t.peer >= size() || t.peer == rank_)
-      throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
+    if (!serves(t.peer)) continue;
     if (t.bytes > UINT32_MAX) throw InternalError("a shared-memory message is limited to 4 GiB");
-    auto& run = runs[static_cast<size_t>(t.peer)];
+    auto& run = runs_[static_cast<size_t>(t.peer)];
     (t.kind == Transfer::Kind::kSend ? run.send : run.recv).queue.push_back(&t);
   }
-  std::vector<int>& active = active_;
-  active.clear();
-  for (int p = 0; p < size(); ++p) {
-    const auto& r = runs[static_cast<size_t>(p)];
-    if (!r.send.idle() || !r.recv.idle()) active.push_back(p);
-  }
-  // Note [shm waiting]: a peer's answer to a small message comes within a microsecond or two
-  // when it has a core of its own, so first poll the rings without any system call; then retry
-  // for HORA_SPIN_MICROSECONDS yielding the CPU (which is what ranks sharing a core need: the
-  // yield hands it to the peer); then sleep on the futex. When the host has fewer cores than
-  // ranks, busy polling only delays the peer that holds our core, so it is skipped, and slow
-  // yields (a peer ran for a whole time slice) are expected rather than a reason to stop spinning.
-  using Clock = common::Deadline::Clock;
-  Clock::time_point spin_until{};
-  auto next_check = Clock::now() + kLivenessCheck;
-  int polls = 0;
-  while (true) {
-    bool progressed = false, pending = false;
-    for (int p : active) {
-      auto& r = runs[static_cast<size_t>(p)];
-      progressed |= progressSend(p, r.send, tag);
-      progressed |= progressRecv(p, r.recv, tag);
-      pending |= !r.send.idle() || !r.recv.idle();
-    }
-    if (!pending) return;
-    if (progressed) {
-      spin_until = {};
-      polls = 0;
-      continue;
-    }
-    if (!oversubscribed_ && polls < kBusyPolls) {
-      ++polls;
-      __builtin_ia32_pause();
-      continue;
-    }
-    const auto now = Clock::now();
-    if (now >= next_check) {
-      checkPeers(runs, active, tag);
-      next_check = now + kLivenessCheck;
-    }
-    if (deadline.expired()) {
-      std::string owed;
-      for (int p : active) {
-        const auto& r = runs[static_cast<size_t>(p)];
-        if (!r.recv.idle()) {
-          const Transfer& t = *r.recv.queue[r.recv.head];
-          owed += "; receiving from " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
-                  std::to_string(t.bytes) + " bytes arrived";
-        }
-        if (!r.send.idle()) {
-          const Transfer& t = *r.send.queue[r.send.head];
-          owed += "; sending to " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
-                  std::to_string(t.bytes) + " bytes written";
-        }
-      }
-      fail(TimeoutError("timed out after " + std::to_string(deadline.timeout().count()) + " ms in " +
-                        std::string(tag.name) + " #" + std::to_string(tag.sequence) + owed));
-    }
-    if (options_.spin.count() > 0 && now >= spin_off_until_) {
-      if (spin_until == Clock::time_point{}) spin_until = now + options_.spin;
-      if (now < spin_until) {
-        ::sched_yield();
-        if (!oversubscribed_ && Clock::now() - now > kSlowYield) spin_off_until_ = Clock::now() + std::chrono::seconds(1);
-        continue;
-      }
-    }
-    sleepOnDoorbell(runs, active, deadline);
+  active_.clear();
+  for (int p : members_) {
+    const auto& r = runs_[static_cast<size_t>(p)];
+    if (!r.send.idle() || !r.recv.idle()) active_.push_back(p);
   }
 }
 
-bool ShmTransport::waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) {
-  const auto deadline = common::Deadline::after(timeout);
-  auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
-  while (true) {
-    h.idle.store(1, std::memory_order_seq_cst);
-    for (int p = 0; p < size(); ++p) {
-      if (p != rank_ && incoming(p).written.load(std::memory_order_seq_cst) != consumed_[static_cast<size_t>(p)]) {
-        h.idle.store(0);
-        return true;
-      }
-    }
-    std::vector<pollfd> fds;
-    std::vector<int> who;
-    for (int p = 0; p < size(); ++p) {
-      if (p == rank_ || closed_[static_cast<size_t>(p)]) continue;
-      fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), static_cast<short>(POLLIN | POLLRDHUP), 0});
-      who.push_back(p);
-    }
-    if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
-    const int n = ::poll(fds.data(), fds.size(), deadline.pollTimeoutMs());
-    h.idle.store(0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    if (wake_fd >= 0 && fds.back().revents != 0) return true;
-    bool woken = false;
-    for (size_t i = 0; i < who.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      const bool departed_before = departed_[static_cast<size_t>(who[i])];
-      const bool open = drainSocket(who[i]);
-      // A goodbye is no collective: that peer is done, keep waiting for the others. A close
-      // without one is a lost peer, which the next collective names.
-      if (open ? departed_[static_cast<size_t>(who[i])] == departed_before : !departed_[static_cast<size_t>(who[i])])
-        woken = true;
-    }
-    if (woken) return true;
+bool ShmTransport::advance(const OpTag& tag) {
+  bool progressed = false;
+  for (int p : active_) {
+    auto& r = runs_[static_cast<size_t>(p)];
+    progressed |= progressSend(p, r.send, tag);
+    progressed |= progressRecv(p, r.recv, tag);
   }
+  return progressed;
+}
+
+bool ShmTransport::pending() const {
+  for (int p : active_) {
+    const auto& r = runs_[static_cast<size_t>(p)];
+    if (!r.send.idle() || !r.recv.idle()) return true;
+  }
+  return false;
+}
+
+// Sleeping in a poll() shared with TCP peers: every member's socket is watched, since the one
+// peer that takes the kInPoll flag may be one this set does not involve (Note [shm rings]).
+bool ShmTransport::prepareWait(std::vector<pollfd>& fds) {
+  auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
+  h.sleeping.store(kInPoll, std::memory_order_seq_cst);  // announce, then look
+  polled_.clear();
+  for (int p : members_) {
+    if (p == rank_ || closed_[static_cast<size_t>(p)]) continue;
+    fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), static_cast<short>(POLLIN | POLLRDHUP), 0});
+    polled_.push_back(p);
+  }
+  return !canProgress();
+}
+
+void ShmTransport::finishWait(std::span<const pollfd> fds, const OpTag& tag) {
+  inboxes_[static_cast<size_t>(rank_)]->header.sleeping.store(0, std::memory_order_seq_cst);
+  bool any = false;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    any = true;
+    drainSocket(polled_[i]);
+  }
+  if (any) checkPeers(tag);
+}
+
+std::string ShmTransport::owed() const {
+  std::string owed;
+  for (int p : active_) {
+    const auto& r = runs_[static_cast<size_t>(p)];
+    if (!r.recv.idle()) {
+      const Transfer& t = *r.recv.queue[r.recv.head];
+      owed += "; receiving from " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
+              std::to_string(t.bytes) + " bytes arrived";
+    }
+    if (!r.send.idle()) {
+      const Transfer& t = *r.send.queue[r.send.head];
+      owed += "; sending to " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
+              std::to_string(t.bytes) + " bytes written";
+    }
+  }
+  return owed;
+}
+
+void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const common::Deadline& deadline) {
+  for (const Transfer& t : transfers) {
+    if (!serves(t.peer)) throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
+  }
+  begin(transfers);
+  // Note [shm waiting]: a peer's answer to a small message comes within a microsecond or two
+  // when it has a core of its own, so first poll the rings without any system call; then retry
+  // for HORA_SHM_SPIN_MICROSECONDS yielding the CPU; then sleep on the futex (Note [spin, then
+  // block]). When the host has fewer cores than ranks, busy polling only delays the peer that
+  // holds our core, so it is skipped.
+  Spinner spinner(oversubscribed_ ? 0 : kBusyPolls, options_.spin, oversubscribed_, spin_off_until_);
+  using Clock = common::Deadline::Clock;
+  auto next_check = Clock::now() + kLivenessCheck;
+  while (true) {
+    const bool progressed = advance(tag);
+    if (!pending()) return;
+    if (progressed) {
+      spinner.progressed();
+      continue;
+    }
+    if (spinner.again()) continue;
+    const auto now = Clock::now();
+    if (now >= next_check) {
+      checkPeers(tag);
+      next_check = now + kLivenessCheck;
+    }
+    if (deadline.expired()) {
+      fail(TimeoutError("timed out after " + std::to_string(deadline.timeout().count()) + " ms in " +
+                        std::string(tag.name) + " #" + std::to_string(tag.sequence) + owed()));
+    }
+    sleepOnDoorbell(deadline);
+  }
+}
+
+bool ShmTransport::prepareIdle(std::vector<pollfd>& fds) {
+  auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
+  h.idle.store(1, std::memory_order_seq_cst);
+  polled_.clear();
+  for (int p : members_) {
+    if (p != rank_ && incoming(p).written.load(std::memory_order_seq_cst) != consumed_[static_cast<size_t>(p)])
+      return false;
+  }
+  for (int p : members_) {
+    if (p == rank_ || closed_[static_cast<size_t>(p)]) continue;
+    fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), static_cast<short>(POLLIN | POLLRDHUP), 0});
+    polled_.push_back(p);
+  }
+  return true;
+}
+
+// Wake-up bytes only end the poll(): the next prepareIdle() looks at the rings, so a stale byte
+// (one sent to a poll() in run() that had already ended) wakes nobody.
+bool ShmTransport::finishIdle(std::span<const pollfd> fds) {
+  inboxes_[static_cast<size_t>(rank_)]->header.idle.store(0);
+  bool lost = false;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    const size_t p = static_cast<size_t>(polled_[i]);
+    // A goodbye is no collective: that peer is done. A close without one is a lost peer,
+    // which the next collective names.
+    if (!drainSocket(polled_[i]) && !departed_[p]) lost = true;
+  }
+  return lost;
+}
+
+bool ShmTransport::waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) {
+  PeerGroup* self = this;
+  return waitIdle({&self, 1}, timeout, wake_fd);
 }
 
 }  // namespace hora::transport::shm

@@ -11,6 +11,10 @@
 // nothing in /dev/shm. The TCP mesh stays connected beside the rings, carrying no data: a dead
 // peer is seen as its closed socket (Note [shm liveness]), and an engine idle in
 // waitForIncoming() is woken by a byte on it.
+//
+// It serves the `members` of a communicator, the ranks of this host: all of them when the job
+// runs on one host, or, as the shared-memory half of a HybridTransport, some (Note [mixed
+// transfer sets]; then it sleeps in the hybrid's poll() and its peers wake it with a byte).
 #pragma once
 
 #include <chrono>
@@ -20,6 +24,7 @@
 
 #include "hora/errors.h"
 #include "rendezvous/store.h"
+#include "transport/peer_group.h"
 #include "transport/tcp/tcp_connect.h"
 #include "transport/transport.h"
 
@@ -31,13 +36,14 @@ struct ShmOptions {
   std::string key_prefix;                      // of the store keys, as the TCP mesh's
 };
 
-class ShmTransport final : public Transport {
+class ShmTransport final : public Transport, public PeerGroup {
  public:
-  // `peers`: the connected TCP mesh of the same ranks, all on this host. Creates this rank's
-  // inbox, maps every peer's (names exchanged through `store`) and unlinks its own name once
-  // all peers have mapped it.
-  ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, const ShmOptions& options,
-               rendezvous::Store& store, const common::Deadline& deadline);
+  // `peers`: the connected TCP mesh, one entry per rank of the communicator (empty for this rank
+  // and for ranks that are not members). `members`: the ranks on this host, this one included,
+  // ascending. Creates this rank's inbox, maps every member's (names exchanged through `store`)
+  // and unlinks its own name once all members have mapped it.
+  ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std::vector<int> members,
+               const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline);
   // Says goodbye on every socket and unmaps the segments.
   ~ShmTransport() override;
   ShmTransport(const ShmTransport&) = delete;
@@ -49,6 +55,19 @@ class ShmTransport final : public Transport {
   std::string describePeer(int rank) const override;
   void run(std::span<Transfer> transfers, const OpTag& tag, const common::Deadline& deadline) override;
   bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) override;
+
+  // PeerGroup
+  bool serves(int peer) const override;
+  void begin(std::span<Transfer> transfers) override;
+  bool advance(const OpTag& tag) override;
+  bool pending() const override;
+  bool prepareWait(std::vector<pollfd>& fds) override;
+  void finishWait(std::span<const pollfd> fds, const OpTag& tag) override;
+  std::string owed() const override;
+  bool prepareIdle(std::vector<pollfd>& fds) override;
+  bool finishIdle(std::span<const pollfd> fds) override;
+  void breakWith(const Error& error) override { broken_ = error; }
+  bool oversubscribed() const { return oversubscribed_; }
 
   struct Inbox;    // a mapped segment (.cc)
   struct Channel;  // one ring buffer in it
@@ -66,10 +85,9 @@ class ShmTransport final : public Transport {
   };
   bool progressSend(int peer, Lane& lane, const OpTag& tag);
   bool progressRecv(int peer, Lane& lane, const OpTag& tag);
-  bool canProgress(const std::vector<PeerRun>& runs, const std::vector<int>& active) const;
-  void sleepOnDoorbell(const std::vector<PeerRun>& runs, const std::vector<int>& active,
-                       const common::Deadline& deadline);
-  void checkPeers(const std::vector<PeerRun>& runs, const std::vector<int>& active, const OpTag& tag);
+  bool canProgress() const;
+  void sleepOnDoorbell(const common::Deadline& deadline);
+  void checkPeers(const OpTag& tag);
   bool drainSocket(int peer);  // reads wake-up and goodbye bytes; false once the peer is gone
   Channel& outgoing(int peer) const;  // this rank -> peer, in the peer's inbox
   Channel& incoming(int peer) const;  // peer -> this rank, in this rank's inbox
@@ -79,15 +97,18 @@ class ShmTransport final : public Transport {
   const int rank_;
   const ShmOptions options_;
   std::vector<tcp::PeerConnection> peers_;
-  std::vector<Inbox*> inboxes_;     // by rank; this rank's own included
+  const std::vector<int> members_;
+  std::vector<int> slot_;           // by rank: its index among the members, or -1
+  std::vector<Inbox*> inboxes_;     // by rank (members only); this rank's own included
   std::vector<uint64_t> written_;   // per peer: this rank's write position in its channel
   std::vector<uint64_t> consumed_;  // per peer: this rank's read position in the peer's channel
   std::vector<bool> departed_;      // said goodbye
   std::vector<bool> closed_;        // socket closed (after a goodbye, or dead)
   common::Deadline::Clock::time_point spin_off_until_{};
   bool oversubscribed_ = false;  // more ranks on this host than cores (Note [shm waiting])
-  std::vector<PeerRun> runs_;    // run()'s per-peer lanes, kept between calls
-  std::vector<int> active_;
+  std::vector<PeerRun> runs_;    // the current transfer set's lanes, per peer
+  std::vector<int> active_;      // peers with transfers in it
+  std::vector<int> polled_;      // the peer of each descriptor prepareWait/prepareIdle added
   std::optional<Error> broken_;
 };
 

@@ -30,7 +30,15 @@ struct MeshOptions {
 struct PeerConnection {
   common::Fd fd;
   std::string address;  // host:port of the peer's end, for messages
+  int label = -1;       // the peer's number in messages when it is not its rank (a split's member
+                        // keeps its number in the job)
 };
+
+// "rank 3 (<detail>10.0.0.2:4000)": how transports name the peer `rank` in messages.
+inline std::string describePeerConnection(const std::vector<PeerConnection>& peers, int rank, const char* detail = "") {
+  const PeerConnection& p = peers[static_cast<size_t>(rank)];
+  return "rank " + std::to_string(p.label >= 0 ? p.label : rank) + " (" + detail + p.address + ")";
+}
 
 // Returns `size` entries; entry `rank` is empty.
 std::vector<PeerConnection> connectMesh(const MeshOptions& options, rendezvous::Store& store,

@@ -1,7 +1,6 @@
 #include "transport/tcp/tcp_transport.h"
 
 #include <poll.h>
-#include <sched.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -19,9 +18,6 @@ namespace hora::transport::tcp {
 // peer died. A peer that is ahead of us may have buffered frames of a later collective before
 // its close; we cannot look past those without consuming them, so such a peer is judged when
 // this rank reads from it.
-
-// A yield that returns later than this gave the core away for a time slice.
-constexpr auto kSlowYield = std::chrono::microseconds(200);
 
 struct TcpTransport::Lane {
   std::vector<Transfer*> queue;
@@ -41,7 +37,8 @@ struct TcpTransport::PeerRun {
 TcpTransport::TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes,
                            std::chrono::microseconds spin)
     : rank_(rank), peers_(std::move(peers)), departed_(peers_.size(), false),
-      chunk_bytes_(chunk_bytes), spin_(spin), scratch_(peers_.size()) {
+      chunk_bytes_(chunk_bytes), spin_(spin), scratch_(peers_.size()), runs_(peers_.size()),
+      unwatched_(peers_.size(), false) {
   for (auto& p : peers_)
     if (p.fd.valid()) common::setNonBlocking(p.fd.get());
 }
@@ -58,8 +55,7 @@ TcpTransport::~TcpTransport() {
 }
 
 std::string TcpTransport::describePeer(int rank) const {
-  const auto& p = peers_[static_cast<size_t>(rank)];
-  return "rank " + std::to_string(rank) + " (" + p.address + ")";
+  return describePeerConnection(peers_, rank);
 }
 
 void TcpTransport::fail(Error error) {
@@ -204,7 +200,7 @@ bool TcpTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
   return progressed;
 }
 
-void TcpTransport::checkIdlePeer(int peer, std::vector<bool>& unwatched) {
+void TcpTransport::checkIdlePeer(int peer) {
   FrameHeader h;
   const ssize_t r = ::recv(peers_[static_cast<size_t>(peer)].fd.get(), &h, sizeof(h),
                            MSG_PEEK | MSG_DONTWAIT);
@@ -215,139 +211,134 @@ void TcpTransport::checkIdlePeer(int peer, std::vector<bool>& unwatched) {
       h.kind == FrameKind::kGoodbye)
     departed_[static_cast<size_t>(peer)] = true;
   // Otherwise it holds data of a later collective: judged when read (Note [peer liveness]).
-  unwatched[static_cast<size_t>(peer)] = true;
+  unwatched_[static_cast<size_t>(peer)] = true;
+}
+
+bool TcpTransport::serves(int peer) const {
+  return peer >= 0 && peer < size() && peers_[static_cast<size_t>(peer)].fd.valid();
+}
+
+void TcpTransport::begin(std::span<Transfer> transfers) {
+  if (broken_) rethrowAs(*broken_);
+  for (PeerRun& r : runs_) r = PeerRun{};
+  active_.clear();
+  std::fill(unwatched_.begin(), unwatched_.end(), false);
+  for (Transfer& t : transfers) {
+    if (!serves(t.peer)) continue;
+    auto& run = runs_[static_cast<size_t>(t.peer)];
+    (t.kind == Transfer::Kind::kSend ? run.send : run.recv).queue.push_back(&t);
+  }
+  for (int p = 0; p < size(); ++p) {
+    const auto& r = runs_[static_cast<size_t>(p)];
+    if (!r.send.idle() || !r.recv.idle()) active_.push_back(p);
+  }
+}
+
+bool TcpTransport::advance(const OpTag& tag) {
+  bool progressed = false;
+  for (int p : active_) {
+    auto& r = runs_[static_cast<size_t>(p)];
+    progressed |= progressSend(p, r.send, tag);
+    progressed |= progressRecv(p, r.recv, tag);
+  }
+  return progressed;
+}
+
+bool TcpTransport::pending() const {
+  for (int p : active_) {
+    const auto& r = runs_[static_cast<size_t>(p)];
+    if (!r.send.idle() || !r.recv.idle()) return true;
+  }
+  return false;
+}
+
+bool TcpTransport::prepareWait(std::vector<pollfd>& fds) {
+  polled_.clear();
+  for (int p = 0; p < size(); ++p) {
+    if (!serves(p)) continue;
+    const auto& r = runs_[static_cast<size_t>(p)];
+    short events = 0;
+    if (r.send.want_io) events |= POLLOUT;
+    if (!r.recv.idle()) events |= POLLIN;
+    const bool involved = !r.send.idle() || !r.recv.idle();
+    if (!involved && !unwatched_[static_cast<size_t>(p)] && !departed_[static_cast<size_t>(p)]) events |= POLLRDHUP;
+    if (events == 0) continue;
+    fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), events, 0});
+    polled_.push_back(p);
+  }
+  return true;
+}
+
+void TcpTransport::finishWait(std::span<const pollfd> fds, const OpTag&) {
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const int p = polled_[i];
+    const auto& r = runs_[static_cast<size_t>(p)];
+    if (fds[i].revents != 0 && r.send.idle() && r.recv.idle()) checkIdlePeer(p);
+  }
+}
+
+std::string TcpTransport::owed() const {
+  std::string owed;
+  for (int p : active_) {
+    const auto& recv = runs_[static_cast<size_t>(p)].recv;
+    if (!recv.idle()) {
+      const Transfer& t = *recv.queue[recv.head];
+      owed += "; receiving from " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
+              std::to_string(t.bytes) + " bytes arrived";
+    }
+    const auto& send = runs_[static_cast<size_t>(p)].send;
+    if (!send.idle() && send.want_io) {
+      const Transfer& t = *send.queue[send.head];
+      owed += "; sending to " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
+              std::to_string(t.bytes) + " bytes accepted (the peer is not reading)";
+    }
+  }
+  return owed;
+}
+
+bool TcpTransport::prepareIdle(std::vector<pollfd>& fds) {
+  polled_.clear();
+  for (int p = 0; p < size(); ++p) {
+    if (!serves(p) || departed_[static_cast<size_t>(p)]) continue;
+    fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), static_cast<short>(POLLIN | POLLRDHUP), 0});
+    polled_.push_back(p);
+  }
+  return true;
+}
+
+bool TcpTransport::finishIdle(std::span<const pollfd> fds) {
+  bool woken = false;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if (fds[i].revents == 0) continue;
+    // A goodbye is no collective: that peer is done, keep waiting for the others.
+    FrameHeader h;
+    const ssize_t r = ::recv(fds[i].fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
+    if (r == static_cast<ssize_t>(sizeof(h)) && h.magic == kFrameMagic && h.kind == FrameKind::kGoodbye) {
+      departed_[static_cast<size_t>(polled_[i])] = true;
+      continue;
+    }
+    woken = true;  // data, or a closed connection that the next collective will name
+  }
+  return woken;
 }
 
 bool TcpTransport::waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) {
-  const auto deadline = common::Deadline::after(timeout);
-  while (true) {
-    std::vector<pollfd> fds;
-    std::vector<int> who;
-    for (size_t p = 0; p < peers_.size(); ++p) {
-      if (static_cast<int>(p) == rank_ || departed_[p]) continue;
-      fds.push_back({peers_[p].fd.get(), static_cast<short>(POLLIN | POLLRDHUP), 0});
-      who.push_back(static_cast<int>(p));
-    }
-    if (wake_fd >= 0) fds.push_back({wake_fd, POLLIN, 0});
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline.remaining());
-    const int n = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<int64_t>(left.count(), 0)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    if (wake_fd >= 0 && fds.back().revents != 0) return true;
-    for (size_t i = 0; i < who.size(); ++i) {
-      if (fds[i].revents == 0) continue;
-      // A goodbye is no collective: that peer is done, keep waiting for the others.
-      FrameHeader h;
-      const ssize_t r = ::recv(fds[i].fd, &h, sizeof(h), MSG_PEEK | MSG_DONTWAIT);
-      if (r == static_cast<ssize_t>(sizeof(h)) && h.magic == kFrameMagic && h.kind == FrameKind::kGoodbye) {
-        departed_[static_cast<size_t>(who[i])] = true;
-        continue;
-      }
-      return true;  // data, or a closed connection that the next collective will name
-    }
-  }
-}
-
-void TcpTransport::failTimeout(const std::vector<PeerRun>& runs, const OpTag& tag,
-                               const common::Deadline& deadline) {
-  std::string owed;
-  for (size_t p = 0; p < runs.size(); ++p) {
-    const auto& recv = runs[p].recv;
-    if (!recv.idle()) {
-      const Transfer& t = *recv.queue[recv.head];
-      owed += "; receiving from " + describePeer(static_cast<int>(p)) + ": " +
-              std::to_string(t.done) + " of " + std::to_string(t.bytes) + " bytes arrived";
-    }
-    const auto& send = runs[p].send;
-    if (!send.idle() && send.want_io) {
-      const Transfer& t = *send.queue[send.head];
-      owed += "; sending to " + describePeer(static_cast<int>(p)) + ": " +
-              std::to_string(t.done) + " of " + std::to_string(t.bytes) +
-              " bytes accepted (the peer is not reading)";
-    }
-  }
-  fail(TimeoutError("timed out after " + std::to_string(deadline.timeout().count()) + " ms in " +
-                    std::string(tag.name) + " #" + std::to_string(tag.sequence) + owed));
+  PeerGroup* self = this;
+  return waitIdle({&self, 1}, timeout, wake_fd);
 }
 
 void TcpTransport::run(std::span<Transfer> transfers, const OpTag& tag,
                        const common::Deadline& deadline) {
-  if (broken_) rethrowAs(*broken_);
-  std::vector<PeerRun> runs(peers_.size());
-  std::vector<int> active;
-  for (Transfer& t : transfers) {
-    if (t.peer < 0 || t.peer >= size() || t.peer == rank_)
-      throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
-    auto& run = runs[static_cast<size_t>(t.peer)];
-    (t.kind == Transfer::Kind::kSend ? run.send : run.recv).queue.push_back(&t);
+  for (const Transfer& t : transfers) {
+    if (!serves(t.peer)) throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
   }
-  for (int p = 0; p < size(); ++p) {
-    const auto& r = runs[static_cast<size_t>(p)];
-    if (!r.send.idle() || !r.recv.idle()) active.push_back(p);
-  }
-  std::vector<bool> unwatched(peers_.size(), false);
-  std::vector<pollfd> fds;
-  std::vector<int> fd_peer;
-  // Note [spin, then block]: a peer's answer to a small message comes within microseconds, and
-  // sleeping in poll() costs a wake-up of about as much again. So after a pass without progress
-  // the loop retries for up to spin_, calling sched_yield() between tries, and only then blocks.
-  // The yield matters: the scheduler often puts both ranks of a pair on one core, and a spin
-  // that keeps the core starves the very peer it waits for (75 us per hop measured, against
-  // 8 us with yields). On a loaded machine, though, a yield can hand the core to another process
-  // for a whole time slice (2 ms measured); a yield that takes that long turns spinning off for
-  // a second. With 4 ranks on 2 cores the yields hand the core to the peers themselves, which is
-  // what they need: 30 us per 4-byte allreduce against 62 us when sleeping (measured).
-  common::Deadline::Clock::time_point spin_until{};
-  while (true) {
-    bool progressed = false, pending = false;
-    for (int p : active) {
-      auto& r = runs[static_cast<size_t>(p)];
-      progressed |= progressSend(p, r.send, tag);
-      progressed |= progressRecv(p, r.recv, tag);
-      pending |= !r.send.idle() || !r.recv.idle();
-    }
-    if (!pending) return;
-    if (progressed) {
-      spin_until = {};
-      continue;
-    }
-    if (spin_.count() > 0) {
-      using Clock = common::Deadline::Clock;
-      const auto now = Clock::now();
-      if (now >= spin_off_until_) {
-        if (spin_until == Clock::time_point{}) spin_until = now + spin_;
-        if (now < spin_until) {
-          ::sched_yield();
-          if (Clock::now() - now > kSlowYield) {
-            spin_off_until_ = Clock::now() + std::chrono::seconds(1);
-          }
-          continue;
-        }
-      }
-    }
-    fds.clear();
-    fd_peer.clear();
-    for (int p = 0; p < size(); ++p) {
-      if (p == rank_) continue;
-      const auto& r = runs[static_cast<size_t>(p)];
-      short events = 0;
-      if (r.send.want_io) events |= POLLOUT;
-      if (!r.recv.idle()) events |= POLLIN;
-      const bool involved = !r.send.idle() || !r.recv.idle();
-      if (!involved && !unwatched[static_cast<size_t>(p)] && !departed_[static_cast<size_t>(p)])
-        events |= POLLRDHUP;
-      if (events == 0) continue;
-      fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), events, 0});
-      fd_peer.push_back(p);
-    }
-    const int n = ::poll(fds.data(), fds.size(), deadline.pollTimeoutMs());
-    if (n < 0 && errno != EINTR) fail(InternalError(std::string("poll failed: ") + std::strerror(errno)));
-    if (n == 0 && deadline.expired()) failTimeout(runs, tag, deadline);
-    for (size_t i = 0; i < fds.size(); ++i) {
-      const int p = fd_peer[i];
-      const auto& r = runs[static_cast<size_t>(p)];
-      if (fds[i].revents != 0 && r.send.idle() && r.recv.idle()) checkIdlePeer(p, unwatched);
-    }
+  Spinner spinner(0, spin_, false, spin_off_until_);
+  PeerGroup* self = this;
+  try {
+    runGroups({&self, 1}, transfers, tag, deadline, spinner);
+  } catch (const TimeoutError& e) {
+    breakWith(e);
+    throw;
   }
 }
 

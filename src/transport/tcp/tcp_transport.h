@@ -3,8 +3,10 @@
 // run() drives every transfer of a set from the calling thread with non-blocking sockets and
 // poll(): it writes until the kernel pushes back, reads until nothing is left, retries briefly
 // while yielding the CPU, and then sleeps in poll() until a socket is ready or the deadline
-// passes (Note [spin, then block] in the .cc). Payloads are framed (frame.h). Peers that the current set does not
-// involve are watched for a close too, so a rank that dies is named at once by everyone.
+// passes (Note [spin, then block]). Payloads are framed (frame.h). Peers that the current set
+// does not involve are watched for a close too, so a rank that dies is named at once by everyone.
+// It is also the TCP half of a HybridTransport (Note [mixed transfer sets]): then the entries of
+// the peers on this host are empty and it serves only the others.
 #pragma once
 
 #include <chrono>
@@ -14,13 +16,15 @@
 #include <vector>
 
 #include "hora/errors.h"
+#include "transport/peer_group.h"
 #include "transport/tcp/tcp_connect.h"
 #include "transport/transport.h"
 
 namespace hora::transport::tcp {
 
-class TcpTransport final : public Transport {
+class TcpTransport final : public Transport, public PeerGroup {
  public:
+  // `peers`: one entry per rank; this rank's and those of peers served elsewhere are empty.
   // spin: how long run() keeps retrying before it sleeps in poll() (Note [spin, then block]).
   TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes,
                std::chrono::microseconds spin = std::chrono::microseconds(0));
@@ -35,6 +39,18 @@ class TcpTransport final : public Transport {
            const common::Deadline& deadline) override;
   bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) override;
 
+  // PeerGroup
+  bool serves(int peer) const override;
+  void begin(std::span<Transfer> transfers) override;
+  bool advance(const OpTag& tag) override;
+  bool pending() const override;
+  bool prepareWait(std::vector<pollfd>& fds) override;
+  void finishWait(std::span<const pollfd> fds, const OpTag& tag) override;
+  std::string owed() const override;
+  bool prepareIdle(std::vector<pollfd>& fds) override;
+  bool finishIdle(std::span<const pollfd> fds) override;
+  void breakWith(const Error& error) override { broken_ = error; }
+
   // Tests only: the raw socket to `peer`, to inject garbage.
   int socketForTesting(int peer) const { return peers_[static_cast<size_t>(peer)].fd.get(); }
 
@@ -43,11 +59,9 @@ class TcpTransport final : public Transport {
   struct PeerRun;
   bool progressSend(int peer, Lane& lane, const OpTag& tag);
   bool progressRecv(int peer, Lane& lane, const OpTag& tag);
-  void checkIdlePeer(int peer, std::vector<bool>& unwatched);
+  void checkIdlePeer(int peer);
   void validateHeader(int peer, const struct FrameHeader& h, const Transfer& t, const OpTag& tag);
   [[noreturn]] void fail(Error error);
-  [[noreturn]] void failTimeout(const std::vector<PeerRun>& runs, const OpTag& tag,
-                                const common::Deadline& deadline);
 
   const int rank_;
   std::vector<PeerConnection> peers_;
@@ -56,6 +70,10 @@ class TcpTransport final : public Transport {
   const std::chrono::microseconds spin_;
   common::Deadline::Clock::time_point spin_off_until_{};  // Note [spin, then block]
   std::vector<std::vector<std::byte>> scratch_;  // per peer, chunk_bytes_ each, made on demand
+  std::vector<PeerRun> runs_;    // the current transfer set's lanes, per peer
+  std::vector<int> active_;      // peers with transfers in it
+  std::vector<bool> unwatched_;  // idle peers holding data of a later collective (Note [peer liveness])
+  std::vector<int> polled_;      // the peer of each descriptor prepareWait/prepareIdle added
   std::optional<Error> broken_;
 };
 

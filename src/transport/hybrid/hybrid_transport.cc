@@ -1,0 +1,44 @@
+#include "transport/hybrid/hybrid_transport.h"
+
+namespace hora::transport::hybrid {
+
+// Polls before the first yield when a shared-memory peer has a core of its own: its answer comes
+// within microseconds (Note [shm waiting]).
+constexpr int kBusyPolls = 2000;
+
+HybridTransport::HybridTransport(std::unique_ptr<shm::ShmTransport> local,
+                                 std::unique_ptr<tcp::TcpTransport> remote, std::chrono::microseconds spin)
+    : local_(std::move(local)), remote_(std::move(remote)), groups_{local_.get(), remote_.get()}, spin_(spin) {
+  if (local_->size() != remote_->size() || local_->rank() != remote_->rank() ||
+      local_->chunkBytes() != remote_->chunkBytes())
+    throw InternalError("the halves of a hybrid transport disagree about the communicator");
+}
+
+std::string HybridTransport::describePeer(int rank) const {
+  return local_->serves(rank) ? local_->describePeer(rank) : remote_->describePeer(rank);
+}
+
+void HybridTransport::run(std::span<Transfer> transfers, const OpTag& tag, const common::Deadline& deadline) {
+  if (broken_) rethrowAs(*broken_);
+  for (const Transfer& t : transfers) {
+    if (!local_->serves(t.peer) && !remote_->serves(t.peer))
+      throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
+  }
+  Spinner spinner(local_->oversubscribed() ? 0 : kBusyPolls, spin_, local_->oversubscribed(), spin_off_until_);
+  try {
+    runGroups(groups_, transfers, tag, deadline, spinner);
+  } catch (const Error& e) {
+    // The other half may be mid-message: both are done.
+    if (e.kind() != ErrorKind::kInvalidArgument && e.kind() != ErrorKind::kInternal) {
+      broken_ = e;
+      for (PeerGroup* g : groups_) g->breakWith(e);
+    }
+    throw;
+  }
+}
+
+bool HybridTransport::waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) {
+  return waitIdle(groups_, timeout, wake_fd);
+}
+
+}  // namespace hora::transport::hybrid

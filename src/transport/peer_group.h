@@ -1,0 +1,102 @@
+// PeerGroup: the part of a transport that moves one transfer set to some of the peers, in steps
+// that never block, so that one run() can drive several transports at once.
+//
+// Note [mixed transfer sets]: the ranks of one host talk over shared memory and the others over
+// TCP, yet one collective's transfers mix both (a ring allgather receives from a neighbour on
+// this host and forwards to one on the next host, chunk by chunk). Neither transport may block
+// in its own loop while the other has work, so each is a PeerGroup: begin() takes the transfers
+// to the peers it serves, advance() moves what can move without waiting, and waiting is one
+// poll() over every group's file descriptors (prepareWait/finishWait). TCP sockets signal
+// themselves; a shared-memory peer that moves a ring while this rank sleeps in poll() sends a
+// wake-up byte on the socket the two ranks keep for liveness (shm_transport.cc).
+#pragma once
+
+#include <poll.h>
+
+#include <chrono>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "hora/errors.h"
+#include "transport/transport.h"
+
+namespace hora::transport {
+
+class PeerGroup {
+ public:
+  virtual ~PeerGroup() = default;
+
+  virtual bool serves(int peer) const = 0;
+  // Queues the transfers whose peer this group serves (Note [transfer sets] for the order).
+  virtual void begin(std::span<Transfer> transfers) = 0;
+  // One pass over the queued transfers without blocking; true when anything moved. Throws the
+  // transport's errors (a closed peer, a mismatched message).
+  virtual bool advance(const OpTag& tag) = 0;
+  virtual bool pending() const = 0;
+
+  // Before blocking: appends the descriptors whose readiness means this group can move, and
+  // returns false instead when it can move already. After poll(): looks at its descriptors'
+  // revents (the same ones, in order) and throws when a peer it waits for is gone.
+  virtual bool prepareWait(std::vector<pollfd>& fds) = 0;
+  virtual void finishWait(std::span<const pollfd> fds, const OpTag& tag) = 0;
+  // "; receiving from rank 1 (...): 10 of 64 bytes arrived" for each transfer still open.
+  virtual std::string owed() const = 0;
+
+  // The same for an idle engine (Transport::waitForIncoming): prepareIdle returns false when a
+  // peer has sent something already; finishIdle returns true when a peer woke this rank (a
+  // goodbye does not count, a lost peer does).
+  virtual bool prepareIdle(std::vector<pollfd>& fds) = 0;
+  virtual bool finishIdle(std::span<const pollfd> fds) = 0;
+
+  // After an error in a run that involved this group (its own, or another group's): later runs
+  // rethrow `error`, and closing says no goodbye, so peers see a failure, not a clean exit.
+  virtual void breakWith(const Error& error) = 0;
+};
+
+// Note [spin, then block]: a peer's answer to a small message comes within microseconds, and
+// sleeping costs a wake-up of about as much again. So after a pass without progress a run polls
+// `busy_polls` times without a system call (only when the ranks have cores of their own), then
+// retries for `yield_for` calling sched_yield() between tries, and only then blocks. The yield
+// matters: the scheduler often puts both ranks of a pair on one core, and a spin that keeps the
+// core starves the very peer it waits for (75 us per hop measured over TCP, against 8 us with
+// yields). On a loaded machine a yield can hand the core to another process for a whole time
+// slice (2 ms measured); a yield that takes that long turns yielding off for a second, unless
+// the ranks outnumber the cores, where that is expected: the yields hand the core to the peers.
+class Spinner {
+ public:
+  using Clock = common::Deadline::Clock;
+  Spinner(int busy_polls, std::chrono::microseconds yield_for, bool oversubscribed, Clock::time_point& yield_off_until)
+      : busy_polls_(busy_polls), yield_for_(yield_for), oversubscribed_(oversubscribed),
+        yield_off_until_(yield_off_until) {}
+
+  void progressed() {
+    polls_ = 0;
+    yield_until_ = {};
+  }
+  // True: retry now (after a pause or a yield made here). False: block.
+  bool again();
+
+ private:
+  const int busy_polls_;
+  const std::chrono::microseconds yield_for_;
+  const bool oversubscribed_;
+  Clock::time_point& yield_off_until_;  // the transport's, so it outlives one run
+  int polls_ = 0;
+  Clock::time_point yield_until_{};
+};
+
+// Runs the transfers of every group to completion, blocking in one poll() over all of them.
+// `what` names the groups' transport in the timeout message.
+void runGroups(std::span<PeerGroup* const> groups, std::span<Transfer> transfers, const OpTag& tag,
+               const common::Deadline& deadline, Spinner& spinner);
+
+// Blocks until a group is woken (PeerGroup::prepareIdle), `wake_fd` is readable or `timeout`
+// passes; false on timeout.
+bool waitIdle(std::span<PeerGroup* const> groups, std::chrono::milliseconds timeout, int wake_fd);
+
+// True when the host has fewer cores (that this process may use) than `ranks`.
+bool oversubscribes(int ranks);
+
+}  // namespace hora::transport
