@@ -29,12 +29,12 @@ struct RendezvousOptions {
 
 // HORA_TRANSPORT: how the ranks of a communicator reach each other.
 enum class TransportChoice {
-  kAuto,          // shared memory when every rank is on this host, TCP otherwise
+  kAuto,          // shared memory between the ranks of a host, TCP between hosts
   kSharedMemory,  // shared memory; an error when the ranks span hosts
   kTcp,           // TCP, even on one host
 };
 
-// HORA_HIERARCHICAL_ALLREDUCE.
+// HORA_HIERARCHICAL_ALLREDUCE, HORA_HIERARCHICAL_ALLGATHER, HORA_HIERARCHICAL_BROADCAST.
 enum class HierarchyChoice { kAuto, kAlways, kNever };
 
 struct CommunicatorOptions {
@@ -54,6 +54,9 @@ struct CommunicatorOptions {
   TransportChoice transport = TransportChoice::kAuto;
   // Allreduce across hosts: within each host, then among hosts (when the hosts are even).
   HierarchyChoice hierarchical = HierarchyChoice::kAuto;
+  // Allgather and broadcast across hosts: among hosts, then within each (when the hosts are even).
+  HierarchyChoice hierarchical_allgather = HierarchyChoice::kAuto;
+  HierarchyChoice hierarchical_broadcast = HierarchyChoice::kAuto;
 
   static HORA_API CommunicatorOptions fromEnvironment();
 };

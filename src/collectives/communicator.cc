@@ -103,13 +103,18 @@ class CommunicatorImpl {
                                                     rendezvous.secret, deadline);
     if (!rendezvous.announce_key.empty()) store_->set(rendezvous.announce_key, identity_.hostname, deadline);
     // Hosts are told apart by hostname: every rank publishes its own; they are read when the
-    // topology is derived from them or when the ranks span hosts (which peers share memory).
+    // topology is derived from them or when the ranks span hosts (which peers share memory, and
+    // whether the hierarchical collectives apply: every rank reads the same names, so every rank
+    // decides alike).
     store_->set(rendezvous_.prefix + "host/" + std::to_string(rank()), identity_.hostname, deadline);
-    std::vector<std::string> hostnames;
     if (identity_.derivesTopology()) {
-      hostnames = readHostnames(deadline);
-      identity_.deriveTopology(hostnames);
+      hostnames_ = readHostnames(deadline);
+      identity_.deriveTopology(hostnames_);
     }
+    if (identity_.local_size < identity_.size && hostnames_.empty()) hostnames_ = readHostnames(deadline);
+    even_hosts_ = collectives::Hierarchy::evenHosts(hostnames_);
+    if (identity_.local_size < identity_.size && identity_.local_size > 1 && !even_hosts_)
+      HORA_LOG(info, "hierarchical collectives not possible: the hosts run different numbers of ranks");
     transport::tcp::MeshOptions mesh;
     mesh.rank = identity_.rank;
     mesh.size = identity_.size;
@@ -142,11 +147,10 @@ class CommunicatorImpl {
       transport_name_ = "shared memory";
     } else {
       // Note [mixed transfer sets]: shared memory with the ranks of this host, TCP with the rest.
-      if (hostnames.empty()) hostnames = readHostnames(deadline);
       std::vector<int> members;
       std::vector<transport::tcp::PeerConnection> local(peers.size());
       for (int r = 0; r < size(); ++r) {
-        if (hostnames[static_cast<size_t>(r)] != identity_.hostname) continue;
+        if (hostnames_[static_cast<size_t>(r)] != identity_.hostname) continue;
         members.push_back(r);
         local[static_cast<size_t>(r)] = std::move(peers[static_cast<size_t>(r)]);
       }
@@ -171,14 +175,13 @@ class CommunicatorImpl {
   transport::Transport* transport() { return transport_.get(); }
   // "tcp", "shared memory", or "shared memory + tcp" (per pair, across hosts).
   const std::string& transportName() const { return transport_name_; }
-  // Whether an allreduce of `count` elements (`bytes`) goes through the hierarchy: ranks on
-  // several hosts, and forced or large; the same answer on every rank.
-  bool wantsHierarchy(size_t count, size_t bytes) const {
-    const auto choice = options_.hierarchical;
-    return identity_.local_size < identity_.size && choice != HierarchyChoice::kNever &&
-           count >= static_cast<size_t>(size()) &&
-           (choice == HierarchyChoice::kAlways || bytes > options_.ring_threshold_bytes) &&
-           !(hierarchy_built_ && !hierarchy_);
+  // Whether a collective goes through the hierarchy: ranks on several hosts with the same
+  // number on each, and not turned off; the same answer on every rank.
+  bool mayUseHierarchy(HierarchyChoice choice) const { return even_hosts_ && choice != HierarchyChoice::kNever; }
+  // An allreduce also needs an element per rank and, unless forced, a large message.
+  bool wantsHierarchicalAllreduce(size_t count, size_t bytes) const {
+    return mayUseHierarchy(options_.hierarchical) && count >= static_cast<size_t>(size()) &&
+           (options_.hierarchical == HierarchyChoice::kAlways || bytes > options_.ring_threshold_bytes);
   }
   // Messages up to this size take the latency-optimal algorithms. Over shared memory the ring's
   // extra steps cost little, so it takes over much earlier than over TCP (both measured).
@@ -220,15 +223,14 @@ class CommunicatorImpl {
 
   std::vector<std::byte>& prescaled() { return prescaled_; }
 
-  // The hierarchy for allreduces across hosts, built by every rank at its first large allreduce
-  // (null for one host or uneven hosts).
-  collectives::Hierarchy* hierarchy(Communicator& self) {
-    if (!hierarchy_built_) {
-      hierarchy_built_ = true;
-      hierarchy_ = collectives::Hierarchy::build(self);
-      HORA_LOG(info, "hierarchical allreduce {}", hierarchy_ ? "ready" : "not possible (one host, or uneven hosts)");
+  // The sub-communicators of the hierarchical collectives, connected by every rank at its first
+  // hierarchical collective (mayUseHierarchy says when).
+  collectives::Hierarchy& hierarchy(Communicator& self) {
+    if (!hierarchy_) {
+      hierarchy_ = collectives::Hierarchy::build(self, hostnames_);
+      HORA_LOG(info, "hierarchical collectives ready");
     }
-    return hierarchy_.get();
+    return *hierarchy_;
   }
 
  private:
@@ -252,7 +254,8 @@ class CommunicatorImpl {
   std::optional<Error> broken_;
   bool shm_ = false;  // the transport is shared memory
   std::string transport_name_;
-  bool hierarchy_built_ = false;
+  std::vector<std::string> hostnames_;  // by rank, when the ranks span hosts
+  bool even_hosts_ = false;             // several hosts, the same number of ranks on each
   std::unique_ptr<collectives::Hierarchy> hierarchy_;
 };
 
@@ -352,13 +355,12 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
     return;
   }
   // Across hosts: within each host, then among the hosts (a decision every rank makes alike).
-  if (impl_->wantsHierarchy(count, bytes)) {
-    if (collectives::Hierarchy* h = impl_->hierarchy(*this)) {
-      impl_->collective(OpKind::kAllreduce, op, bytes, [&](collectives::Context&) {
-        h->allreduce(in, out, count, type, o, size());
-      });
-      return;
-    }
+  if (impl_->wantsHierarchicalAllreduce(count, bytes)) {
+    collectives::Hierarchy& h = impl_->hierarchy(*this);
+    impl_->collective(OpKind::kAllreduce, op, bytes, [&](collectives::Context&) {
+      h.allreduce(in, out, count, type, o, size());
+    });
+    return;
   }
   impl_->collective(OpKind::kAllreduce, op, bytes, [&](collectives::Context& ctx) {
     const bool small = bytes <= impl_->ringThreshold() || count < static_cast<size_t>(size());
@@ -390,6 +392,13 @@ void Communicator::allgather(const void* send, size_t send_count, void* recv,
     if (send_count > 0 && in != out) std::memmove(out, in, send_count * dataTypeSize(type));
     return;
   }
+  if (impl_->mayUseHierarchy(impl_->options().hierarchical_allgather)) {
+    collectives::Hierarchy& h = impl_->hierarchy(*this);
+    impl_->collective(OpKind::kAllgather, op, total * dataTypeSize(type), [&](collectives::Context&) {
+      h.allgather(in, out, recv_counts, type);
+    });
+    return;
+  }
   impl_->collective(OpKind::kAllgather, op, total * dataTypeSize(type), [&](collectives::Context& ctx) {
     collectives::ringAllgather(ctx, in, out, recv_counts, type);
   });
@@ -404,6 +413,13 @@ void Communicator::broadcast(void* buffer, size_t count, DataType type, int root
   const size_t bytes = checkedBytes(op, count, type);
   impl_->checkUsable();
   if (size() == 1 || count == 0) return;
+  if (impl_->mayUseHierarchy(impl_->options().hierarchical_broadcast)) {
+    collectives::Hierarchy& h = impl_->hierarchy(*this);
+    impl_->collective(OpKind::kBroadcast, op, bytes, [&](collectives::Context&) {
+      h.broadcast(buffer, count, type, root);
+    });
+    return;
+  }
   impl_->collective(OpKind::kBroadcast, op, bytes, [&](collectives::Context& ctx) {
     collectives::broadcast(ctx, static_cast<std::byte*>(buffer), bytes, root, impl_->ringThreshold());
   });
@@ -474,8 +490,12 @@ std::vector<size_t> Communicator::exchangeCounts(std::span<const size_t> counts)
 std::string Communicator::algorithmFor(std::string_view collective, size_t bytes, ReduceOp op) const {
   if (size() == 1) return "local";
   // (The element count is not known here; only tensors with fewer elements than ranks differ.)
-  if (collective == "allreduce" && impl_->wantsHierarchy(SIZE_MAX, bytes))
+  if (collective == "allreduce" && impl_->wantsHierarchicalAllreduce(SIZE_MAX, bytes))
     return "hierarchical (reduce-scatter, allreduce across hosts, allgather)";
+  if (collective == "allgather" && impl_->mayUseHierarchy(impl_->options().hierarchical_allgather))
+    return "hierarchical (allgather across hosts, then inside each)";
+  if (collective == "broadcast" && impl_->mayUseHierarchy(impl_->options().hierarchical_broadcast))
+    return "hierarchical (broadcast across hosts, then inside each)";
   const bool small = bytes <= impl_->ringThreshold();
   std::string algorithm = "ring";
   if (collective == "allreduce" && small)

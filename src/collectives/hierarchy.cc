@@ -1,39 +1,58 @@
 #include "collectives/hierarchy.h"
 
 #include <algorithm>
-#include <functional>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
 
 #include "collectives/reduce.h"
+#include "hora/errors.h"
 
 namespace hora::collectives {
 
-std::unique_ptr<Hierarchy> Hierarchy::build(Communicator& world) {
-  const Identity& id = world.identity();
-  // Which host every rank is on (launchers need not place ranks host by host): every rank
-  // contributes a number for its hostname, the name that told the hosts apart in the first place.
-  const int n = world.size();
-  std::vector<int32_t> host(static_cast<size_t>(n));
-  const int32_t mine = static_cast<int32_t>(std::hash<std::string>{}(id.hostname) & 0x7fffffff);
-  const std::vector<size_t> ones(static_cast<size_t>(n), 1);
-  world.allgather(&mine, 1, host.data(), ones, DataType::kInt32);
-  std::map<int32_t, std::vector<int>> by_host;  // ascending ranks of each host
-  for (int r = 0; r < n; ++r) by_host[host[static_cast<size_t>(r)]].push_back(r);
+namespace {
+
+// The ascending ranks of each host.
+std::map<std::string, std::vector<int>> ranksByHost(const std::vector<std::string>& hostnames) {
+  std::map<std::string, std::vector<int>> by_host;
+  for (size_t r = 0; r < hostnames.size(); ++r) by_host[hostnames[r]].push_back(static_cast<int>(r));
+  return by_host;
+}
+
+}  // namespace
+
+bool Hierarchy::evenHosts(const std::vector<std::string>& hostnames) {
+  const auto by_host = ranksByHost(hostnames);
+  if (by_host.size() <= 1) return false;
   const size_t per_host = by_host.begin()->second.size();
-  for (const auto& [h, ranks] : by_host) {
-    if (ranks.size() != per_host) return nullptr;  // uneven hosts
+  if (per_host <= 1) return false;
+  for (const auto& [host, ranks] : by_host) {
+    if (ranks.size() != per_host) return false;
   }
-  if (by_host.size() <= 1 || per_host <= 1) return nullptr;
-  const std::vector<int>& local = by_host[mine];
-  const size_t position = static_cast<size_t>(std::find(local.begin(), local.end(), world.rank()) - local.begin());
-  std::vector<int> cross;
-  for (const auto& [h, ranks] : by_host) cross.push_back(ranks[position]);
-  std::sort(cross.begin(), cross.end());
+  return true;
+}
+
+std::unique_ptr<Hierarchy> Hierarchy::build(Communicator& world, const std::vector<std::string>& hostnames) {
+  if (!evenHosts(hostnames)) throw InternalError("hierarchical collectives need even hosts");
+  const int n = world.size();
+  auto by_host = ranksByHost(hostnames);
+  const size_t per_host = by_host.begin()->second.size();
+  const std::vector<int>& local = by_host[world.identity().hostname];
+  std::vector<std::vector<int>> counterparts(per_host);
+  std::vector<int> position(static_cast<size_t>(n));
+  for (const auto& [h, ranks] : by_host) {
+    for (size_t p = 0; p < per_host; ++p) {
+      counterparts[p].push_back(ranks[p]);
+      position[static_cast<size_t>(ranks[p])] = static_cast<int>(p);
+    }
+  }
+  for (auto& c : counterparts) std::sort(c.begin(), c.end());
+  const size_t mine_at = static_cast<size_t>(position[static_cast<size_t>(world.rank())]);
   auto local_comm = world.split(local, "hierarchy-local-" + std::to_string(local.front()));
-  auto cross_comm = world.split(cross, "hierarchy-cross-" + std::to_string(position));
-  return std::unique_ptr<Hierarchy>(new Hierarchy(std::move(local_comm), std::move(cross_comm)));
+  auto cross_comm = world.split(counterparts[mine_at], "hierarchy-cross-" + std::to_string(mine_at));
+  return std::unique_ptr<Hierarchy>(
+      new Hierarchy(std::move(local_comm), std::move(cross_comm), std::move(counterparts), std::move(position)));
 }
 
 void Hierarchy::allreduce(const void* in, void* out, size_t count, DataType type, const AllreduceOptions& o,
@@ -55,6 +74,54 @@ void Hierarchy::allreduce(const void* in, void* out, size_t count, DataType type
   cross_->allreduce(slice, slice, my_count, type, step);
   finalize(type, o.op, slice, slice, my_count, world_size, o.postscale);
   local_->allgather(slice, my_count, out, counts, type);
+}
+
+
+void Hierarchy::allgather(const void* in, void* out, std::span<const size_t> counts, DataType type) {
+  const size_t elem = dataTypeSize(type);
+  const auto count_of = [&](int rank) { return counts[static_cast<size_t>(rank)]; };
+  // 1. This rank's block to its counterparts: `across_` holds the blocks of this position.
+  const std::vector<int>& mine = counterparts_[static_cast<size_t>(local_->rank())];
+  std::vector<size_t> cross_counts;
+  size_t cross_total = 0;
+  for (int r : mine) {
+    cross_counts.push_back(count_of(r));
+    cross_total += count_of(r);
+  }
+  across_.resize(cross_total * elem);
+  cross_->allgather(in, cross_counts[static_cast<size_t>(cross_->rank())], across_.data(), cross_counts, type);
+  // 2. Every position's blocks to the whole host: `within_` holds them by position, then host.
+  std::vector<size_t> local_counts;
+  size_t total = 0;
+  for (const auto& ranks : counterparts_) {
+    size_t sum = 0;
+    for (int r : ranks) sum += count_of(r);
+    local_counts.push_back(sum);
+    total += sum;
+  }
+  within_.resize(total * elem);
+  local_->allgather(across_.data(), cross_total, within_.data(), local_counts, type);
+  // 3. Into rank order.
+  std::vector<size_t> offset(counts.size() + 1, 0);
+  for (size_t r = 0; r < counts.size(); ++r) offset[r + 1] = offset[r] + counts[r];
+  const std::byte* from = within_.data();
+  for (const auto& ranks : counterparts_) {
+    for (int r : ranks) {
+      const size_t bytes = count_of(r) * elem;
+      if (bytes > 0) std::memcpy(static_cast<std::byte*>(out) + offset[static_cast<size_t>(r)] * elem, from, bytes);
+      from += bytes;
+    }
+  }
+}
+
+void Hierarchy::broadcast(void* buffer, size_t count, DataType type, int root) {
+  const int root_position = position_[static_cast<size_t>(root)];
+  if (local_->rank() == root_position) {
+    const std::vector<int>& ranks = counterparts_[static_cast<size_t>(root_position)];
+    const int cross_root = static_cast<int>(std::find(ranks.begin(), ranks.end(), root) - ranks.begin());
+    cross_->broadcast(buffer, count, type, cross_root);
+  }
+  local_->broadcast(buffer, count, type, root_position);
 }
 
 }  // namespace hora::collectives

@@ -1,13 +1,22 @@
-// Hierarchy: the two sub-communicators of a hierarchical allreduce, for ranks that span hosts.
+// Hierarchy: the two sub-communicators of the hierarchical collectives, for ranks that span hosts.
 //
 // local: the ranks of this host (shared memory). cross: the ranks that hold the same position
-// among their host's ranks, one per host (TCP). An allreduce across hosts is then a reduce-scatter
-// inside each host, an allreduce of each slice among the hosts, and an allgather inside each
-// host: the slow links between hosts carry each byte of the result once per host pair direction
-// instead of once per rank (docs/algorithms.md, "Hierarchical allreduce").
+// among their host's ranks, one per host (TCP). Then (docs/algorithms.md, "Hierarchical
+// collectives"):
+//   allreduce = reduce-scatter inside each host, allreduce of each slice among the hosts,
+//               allgather inside each host: the links between hosts carry each byte of the result
+//               once per host instead of once per rank;
+//   allgather = allgather among the hosts (each rank's block to its counterparts), then inside
+//               each host: each block crosses to every other host once, whatever the placement;
+//   broadcast = broadcast among the root's counterparts on the other hosts, then inside each
+//               host: log(hosts) + log(ranks per host) steps instead of log(ranks).
 #pragma once
 
+#include <cstddef>
 #include <memory>
+#include <span>
+#include <string>
+#include <vector>
 
 #include "hora/communicator.h"
 
@@ -15,21 +24,33 @@ namespace hora::collectives {
 
 class Hierarchy {
  public:
-  // Called by every rank of `world` at the same point (it runs an allgather of host ids and
-  // connects the sub-communicators), so every rank decides alike. Returns null when the hosts
-  // hold different numbers of ranks (uneven hosts keep the flat algorithms) or when there is one
-  // host or one rank per host.
-  static std::unique_ptr<Hierarchy> build(Communicator& world);
+  // Whether the ranks (hostnames[r] is rank r's host) span several hosts with the same number
+  // of ranks, more than one, on each; uneven hosts keep the flat algorithms.
+  static bool evenHosts(const std::vector<std::string>& hostnames);
+  // Called by every rank of `world` at the same point (it connects the sub-communicators), when
+  // evenHosts(hostnames).
+  static std::unique_ptr<Hierarchy> build(Communicator& world, const std::vector<std::string>& hostnames);
 
   // out = op over every rank of `in` (in may equal out); prescale is the caller's, postscale and
   // Average's division happen here.
   void allreduce(const void* in, void* out, size_t count, DataType type, const AllreduceOptions& o, int world_size);
+  // Communicator::allgather's contract, with `counts` indexed by world rank.
+  void allgather(const void* in, void* out, std::span<const size_t> counts, DataType type);
+  // Communicator::broadcast's contract; `root` is a world rank.
+  void broadcast(void* buffer, size_t count, DataType type, int root);
 
  private:
-  Hierarchy(std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross)
-      : local_(std::move(local)), cross_(std::move(cross)) {}
+  Hierarchy(std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross,
+            std::vector<std::vector<int>> counterparts, std::vector<int> position)
+      : local_(std::move(local)), cross_(std::move(cross)), counterparts_(std::move(counterparts)),
+        position_(std::move(position)) {}
   std::unique_ptr<Communicator> local_;
   std::unique_ptr<Communicator> cross_;
+  // For each position p on a host: the world ranks at position p on every host, ascending (the
+  // members of the cross communicator of position p, in its rank order).
+  std::vector<std::vector<int>> counterparts_;
+  std::vector<int> position_;  // by world rank: its position among its host's ranks
+  std::vector<std::byte> across_, within_;  // allgather's staging, kept between calls
 };
 
 }  // namespace hora::collectives

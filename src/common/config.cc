@@ -82,10 +82,13 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
                                        {{"auto", TransportChoice::kAuto},
                                         {"shm", TransportChoice::kSharedMemory},
                                         {"tcp", TransportChoice::kTcp}});
-  o.hierarchical = oneOf<HierarchyChoice>(env, "HORA_HIERARCHICAL_ALLREDUCE",
-                                          {{"auto", HierarchyChoice::kAuto},
-                                           {"1", HierarchyChoice::kAlways},
-                                           {"0", HierarchyChoice::kNever}});
+  const auto hierarchy = [&](std::string_view name) {
+    return oneOf<HierarchyChoice>(
+        env, name, {{"auto", HierarchyChoice::kAuto}, {"1", HierarchyChoice::kAlways}, {"0", HierarchyChoice::kNever}});
+  };
+  o.hierarchical = hierarchy("HORA_HIERARCHICAL_ALLREDUCE");
+  o.hierarchical_allgather = hierarchy("HORA_HIERARCHICAL_ALLGATHER");
+  o.hierarchical_broadcast = hierarchy("HORA_HIERARCHICAL_BROADCAST");
   const std::string level = env.getString("HORA_LOG_LEVEL");
   if (!setLogLevel(level))
     throw InvalidArgumentError("HORA_LOG_LEVEL='" + level +

@@ -83,6 +83,15 @@ constexpr KnobSpec kKnobs[] = {
      "each slice among the hosts (TCP) and allgather inside each host: auto (when the ranks span "
      "hosts with the same number of ranks each, for messages above HORA_RING_THRESHOLD), 1 "
      "(always when the hosts are even) or 0 (never: one flat ring)."},
+    {"HORA_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", G::kTuning, "auto",
+     "Allgather across hosts as an allgather among the ranks with the same position on every "
+     "host (TCP), then inside each host (shared memory): each block crosses to every other host "
+     "once whatever the rank placement, in fewer steps than one ring. auto and 1: whenever the "
+     "ranks span hosts with the same number of ranks each; 0: never (one flat ring)."},
+    {"HORA_HIERARCHICAL_BROADCAST", "", G::kTuning, "auto",
+     "Broadcast across hosts as a broadcast among the root's counterparts on the other hosts "
+     "(TCP), then inside each host (shared memory). auto and 1: whenever the ranks span hosts "
+     "with the same number of ranks each; 0: never (one tree or chain over all ranks)."},
     {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, "",
      "Network interface whose address peers connect to; default: the one that reaches the "
      "rendezvous store."},
@@ -101,8 +110,9 @@ constexpr KnobSpec kKnobs[] = {
     {"HORA_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", G::kTuning, "30",
      "Deadline of every blocking wait: a collective, connecting to peers, a store request."},
     {"HORA_TRANSPORT", "", G::kTuning, "auto",
-     "Transport between ranks: auto (shared memory when every rank of a communicator is on one "
-     "host, TCP otherwise), shm (shared memory; an error across hosts) or tcp."},
+     "Transport between ranks, chosen per pair: auto (shared memory between the ranks of a "
+     "host, TCP between hosts), shm (shared memory; an error across hosts) or tcp (TCP for "
+     "every pair)."},
 };
 
 std::string badValue(std::string_view name, const std::string& value, std::string_view want) {

@@ -32,13 +32,15 @@ std::vector<size_t> smallCounts(int n) {
 // The ranks are threads of one host, so these run over shared memory; the kTcp modes force TCP.
 // The kHybrid modes put the ranks on two pretend hosts, alternately (rank 0, 2, ... on one), so
 // each collective mixes shared-memory and TCP peers (Note [mixed transfer sets]); kHybrid keeps
-// the hierarchical allreduce on (even hosts), kHybridFlatTinyChunks forces the flat ring.
+// the hierarchical collectives on (when the hosts are even), kHybridFlatTinyChunks forces the
+// flat algorithms.
 enum class Mode { kDefault, kRingTinyChunks, kTreeOnly, kTcp, kTcpRingTinyChunks, kHybrid, kHybridFlatTinyChunks };
 
 CommunicatorOptions optionsFor(Mode m) {
   CommunicatorOptions o = testOptions();
   if (m == Mode::kTcp || m == Mode::kTcpRingTinyChunks) o.transport = TransportChoice::kTcp;
-  if (m == Mode::kHybridFlatTinyChunks) o.hierarchical = HierarchyChoice::kNever;
+  if (m == Mode::kHybridFlatTinyChunks)
+    o.hierarchical = o.hierarchical_allgather = o.hierarchical_broadcast = HierarchyChoice::kNever;
   if (m == Mode::kRingTinyChunks || m == Mode::kTcpRingTinyChunks || m == Mode::kHybridFlatTinyChunks) {
     o.ring_threshold_bytes = o.shm_ring_threshold_bytes = 0;
     o.chunk_bytes = 48;

@@ -77,7 +77,9 @@ TEST_P(Faults, SigkillOneRankEveryOtherRankNamesItWithinTwoSeconds) {
     if (r == 0) std::printf("rank 0 reported:\n%s\n", o.output.c_str());
   }
   // The segments were unlinked once mapped: a killed job leaves nothing behind.
-  EXPECT_TRUE(horaSegments().empty()) << "left in /dev/shm: " << horaSegments().front();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kRanks; ++r) pids.push_back(job.pid(r));
+  EXPECT_TRUE(horaSegments(pids).empty()) << "left in /dev/shm: " << horaSegments(pids).front();
 }
 
 TEST_P(Faults, SigstopOneRankOthersTimeOutNamingIt) {

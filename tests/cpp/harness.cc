@@ -27,10 +27,16 @@ std::map<std::string, Scenario>& scenarios() {
 std::atomic<int> job_counter{0};
 }  // namespace
 
-std::vector<std::string> horaSegments() {
+std::vector<std::string> horaSegments(const std::vector<pid_t>& owners) {
+  std::vector<std::string> prefixes;
+  for (pid_t p : owners) prefixes.push_back("hora." + std::to_string(p) + ".");
+  if (owners.empty()) prefixes.push_back("hora.");
   std::vector<std::string> left;
   for (const auto& entry : std::filesystem::directory_iterator("/dev/shm")) {
-    if (entry.path().filename().string().rfind("hora.", 0) == 0) left.push_back(entry.path().string());
+    const std::string name = entry.path().filename().string();
+    for (const auto& prefix : prefixes) {
+      if (name.rfind(prefix, 0) == 0) left.push_back(entry.path().string());
+    }
   }
   return left;
 }

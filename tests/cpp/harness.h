@@ -28,8 +28,9 @@ inline constexpr const char* kTestSecret = "test-secret-0123456789";
 
 CommunicatorOptions testOptions();
 
-// What hora left in /dev/shm (shared-memory segments are named /hora.<pid>.<n>).
-std::vector<std::string> horaSegments();
+// What hora left in /dev/shm (shared-memory segments are named /hora.<pid>.<n>): the segments
+// of the processes `owners`, or of any process when empty (other tests may run beside).
+std::vector<std::string> horaSegments(const std::vector<pid_t>& owners = {});
 
 // Runs fn on `size` ranks; fails the current test (naming the rank) if any rank throws.
 // `hosts`: each rank's hostname, to pretend the threads run on several hosts (the topology is

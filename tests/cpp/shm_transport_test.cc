@@ -3,6 +3,7 @@
 // idle rank, sleeping without burning the CPU, and /dev/shm left empty.
 #include <gtest/gtest.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -54,7 +55,7 @@ std::vector<std::byte> pattern(size_t n, int seed) {
 TEST(ShmTransport, StreamsWrapTheRingsAndReceivesReadInPlace) {
   rendezvous::TcpStoreServer server("127.0.0.1", 0, kTestSecret);
   auto shm = makeShm(2, server, "wrap/");
-  EXPECT_TRUE(horaSegments().empty()) << "segments must be unlinked once mapped";
+  EXPECT_TRUE(horaSegments({::getpid()}).empty()) << "segments must be unlinked once mapped";
   // Messages of odd lengths, many times the 4 KiB ring, both ways at once; rank 1 receives the
   // second message chunk by chunk (in place) and forwards each chunk as it arrives (gated send).
   const std::vector<size_t> lengths = {0, 1, 15, 17, 4096, 10001, 100003};

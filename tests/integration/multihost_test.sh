@@ -39,8 +39,8 @@ check "the job secret is on no command line of any host" $?
 for spec in "$h1:2,$h2:2" "$h1:3,$h2:1" "$h1:1,$h2:1,$h3:2"; do
   sharing=$(( $(echo "$spec" | tr ',' '\n' | cut -d: -f2 | awk '$1 > 1 { n += $1 } END { print n + 0 }') ))
   for op in allreduce allgather broadcast reducescatter alltoall; do
-    run -np 4 -H "$spec" -x HORA_HIERARCHICAL_ALLREDUCE=0 -x HORA_LOG_LEVEL=info "$bench" "$op" -b 4 -e 2M -f 32 -c 1 \
-      >"$tmp/out" 2>&1
+    run -np 4 -H "$spec" -x HORA_HIERARCHICAL_ALLREDUCE=0 -x HORA_HIERARCHICAL_ALLGATHER=0 \
+      -x HORA_HIERARCHICAL_BROADCAST=0 -x HORA_LOG_LEVEL=info "$bench" "$op" -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
     code=$?
     mixed=$(grep -c "transport: shared memory with [1-9] other rank(s) of host" "$tmp/out")
     [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && [ "$mixed" = "$sharing" ]
@@ -49,21 +49,28 @@ for spec in "$h1:2,$h2:2" "$h1:3,$h2:1" "$h1:1,$h2:1,$h3:2"; do
 done
 
 # Hierarchical allreduce (within each host over shared memory, then among hosts over TCP), forced
-# for every size, every op, even hosts of 2 and 3 ranks; uneven hosts fall back to the flat ring.
+# for every size, every op, even hosts of 2 and 3 ranks; then the hierarchical allgather and
+# broadcast (on by default); uneven hosts fall back to the flat algorithms.
 for spec in "$h1:2,$h2:2" "$h1:2,$h2:2,$h3:2" "$h1:3,$h2:3"; do
   np=$(( $(echo "$spec" | tr ',' '\n' | cut -d: -f2 | paste -sd+) ))
   for op in sum average min max product; do
     run -np "$np" -H "$spec" --hierarchical-allreduce -x HORA_LOG_LEVEL=info "$bench" allreduce -b 4 -e 4M -f 64 \
       -o "$op" -d float64 -c 1 >"$tmp/out" 2>&1
     code=$?
-    [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q "hierarchical allreduce ready" "$tmp/out"
+    [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q "hierarchical collectives ready" "$tmp/out"
     check "hierarchical allreduce $op across hosts $spec checks clean (code $code)" $?
+  done
+  for op in allgather broadcast; do
+    run -np "$np" -H "$spec" -x HORA_LOG_LEVEL=info "$bench" "$op" -b 4 -e 4M -f 8 -c 1 >"$tmp/out" 2>&1
+    code=$?
+    [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q "hierarchical collectives ready" "$tmp/out"
+    check "hierarchical $op across hosts $spec checks clean (code $code)" $?
   done
 done
 run -np 4 -H "$h1:3,$h2:1" --hierarchical-allreduce -x HORA_LOG_LEVEL=info "$bench" allreduce -b 4 -e 4M -f 64 -c 1 \
   >"$tmp/out" 2>&1
 code=$?
-[ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q "hierarchical allreduce not possible" "$tmp/out"
+[ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q "hierarchical collectives not possible" "$tmp/out"
 check "uneven hosts 3+1: the flat ring instead, correct (code $code)" $?
 
 # A link cut in the middle of a stream of allreduces: every rank fails with an error naming a
