@@ -176,7 +176,7 @@ int main(int argc, char** argv) {
   std::string timeline, log_level;
   double fusion_mb = -1, cycle_ms = -1;
   int cache_capacity = -1;
-  bool mark_cycles = false, no_stall_check = false, hierarchical = false;
+  bool mark_cycles = false, no_stall_check = false, hierarchical = false, hierarchical_allgather = false;
   app.add_option("--timeline-filename", timeline, "Write a Chrome trace of the engine (HORA_TIMELINE)");
   app.add_flag("--timeline-mark-cycles", mark_cycles, "Mark engine cycles in the timeline");
   app.add_option("--fusion-threshold-mb", fusion_mb, "Tensor fusion buffer size in MiB (HORA_FUSION_THRESHOLD)")
@@ -188,6 +188,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-stall-check", no_stall_check, "Disable the stall inspector's warnings");
   app.add_flag("--hierarchical-allreduce", hierarchical,
                "Allreduce within each host, then among hosts, whatever the size (HORA_HIERARCHICAL_ALLREDUCE=1)");
+  app.add_flag("--hierarchical-allgather", hierarchical_allgather,
+               "Allgather among hosts, then within each host (HORA_HIERARCHICAL_ALLGATHER=1; auto does so too)");
   app.add_option("--log-level", log_level, "trace, debug, info, warning, error (HORA_LOG_LEVEL)")
       ->check(CLI::IsMember({"trace", "debug", "info", "warning", "warn", "error", "critical", "off"}));
   app.add_flag("--verbose", f.verbose, "Print what horarun does");
@@ -235,6 +237,7 @@ int main(int argc, char** argv) {
   if (cache_capacity >= 0) f.knobs["HORA_CACHE_CAPACITY"] = std::to_string(cache_capacity);
   if (no_stall_check) f.knobs["HORA_STALL_CHECK_TIME_SECONDS"] = "0";
   if (hierarchical) f.knobs["HORA_HIERARCHICAL_ALLREDUCE"] = "1";
+  if (hierarchical_allgather) f.knobs["HORA_HIERARCHICAL_ALLGATHER"] = "1";
   if (!log_level.empty()) f.knobs["HORA_LOG_LEVEL"] = log_level;
   if (!f.network_interface.empty()) f.knobs["HORA_IFACE"] = f.network_interface;
 

@@ -160,8 +160,11 @@ class CommunicatorImpl {
                                                                  std::move(members), shm, *store_, deadline);
       auto far = std::make_unique<transport::tcp::TcpTransport>(identity_.rank, std::move(peers),
                                                                 options_.chunk_bytes, options_.spin);
+      // TCP's spin: the long shared-memory spin pays off against a futex wake-up, but here every
+      // run also waits for the network, and a rank spinning for it takes a core from its host's
+      // ranks.
       transport_ = std::make_unique<transport::hybrid::HybridTransport>(std::move(near), std::move(far),
-                                                                        std::max(options_.spin, options_.shm_spin));
+                                                                        options_.spin);
       transport_name_ = "shared memory + tcp";
     }
   }
