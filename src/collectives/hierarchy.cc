@@ -33,6 +33,13 @@ bool Hierarchy::evenHosts(const std::vector<std::string>& hostnames) {
   return true;
 }
 
+bool Hierarchy::placedByHost(const std::vector<std::string>& hostnames) {
+  for (const auto& [host, ranks] : ranksByHost(hostnames)) {
+    if (ranks.back() - ranks.front() + 1 != static_cast<int>(ranks.size())) return false;
+  }
+  return true;
+}
+
 std::unique_ptr<Hierarchy> Hierarchy::build(Communicator& world, const std::vector<std::string>& hostnames) {
   if (!evenHosts(hostnames)) throw InternalError("hierarchical collectives need even hosts");
   const int n = world.size();

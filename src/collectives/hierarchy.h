@@ -9,7 +9,8 @@
 //   allgather = allgather among the hosts (each rank's block to its counterparts), then inside
 //               each host: each block crosses to every other host once, whatever the placement;
 //   broadcast = broadcast among the root's counterparts on the other hosts, then inside each
-//               host: log(hosts) + log(ranks per host) steps instead of log(ranks).
+//               host: each byte crosses to every other host once whatever the placement (a
+//               flat chain does too when ranks are placed host by host, and pipelines both).
 #pragma once
 
 #include <cstddef>
@@ -27,6 +28,8 @@ class Hierarchy {
   // Whether the ranks (hostnames[r] is rank r's host) span several hosts with the same number
   // of ranks, more than one, on each; uneven hosts keep the flat algorithms.
   static bool evenHosts(const std::vector<std::string>& hostnames);
+  // Whether every host's ranks are numbered consecutively (placed host by host).
+  static bool placedByHost(const std::vector<std::string>& hostnames);
   // Called by every rank of `world` at the same point (it connects the sub-communicators), when
   // evenHosts(hostnames).
   static std::unique_ptr<Hierarchy> build(Communicator& world, const std::vector<std::string>& hostnames);

@@ -90,8 +90,10 @@ constexpr KnobSpec kKnobs[] = {
      "ranks span hosts with the same number of ranks each; 0: never (one flat ring)."},
     {"HORA_HIERARCHICAL_BROADCAST", "", G::kTuning, "auto",
      "Broadcast across hosts as a broadcast among the root's counterparts on the other hosts "
-     "(TCP), then inside each host (shared memory). auto and 1: whenever the ranks span hosts "
-     "with the same number of ranks each; 0: never (one tree or chain over all ranks)."},
+     "(TCP), then inside each host (shared memory): each byte crosses to every other host once "
+     "whatever the rank placement. auto: when the ranks span hosts with the same number of "
+     "ranks each and are not placed host by host (then the flat chain crosses each link once "
+     "too, pipelined); 1: whenever the hosts are even; 0: never (one tree or chain)."},
     {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, "",
      "Network interface whose address peers connect to; default: the one that reaches the "
      "rendezvous store."},

@@ -203,8 +203,13 @@ TEST(Api, TransportPerPairOfRanks) {
     EXPECT_EQ(c.algorithmFor("alltoall", 1 << 20), "pairwise over shared memory + tcp");
     EXPECT_EQ(c.algorithmFor("allreduce", 64 << 20).rfind("hierarchical", 0), 0u);
     EXPECT_EQ(c.algorithmFor("allgather", 4).rfind("hierarchical", 0), 0u);
+    EXPECT_EQ(c.algorithmFor("broadcast", 4).rfind("hierarchical", 0), 0u);  // not placed host by host
     EXPECT_EQ(c.identity().local_size, 2);
   }, testOptions(), two_hosts);
+  runThreads(4, [](Communicator& c) {
+    EXPECT_EQ(c.algorithmFor("broadcast", 1 << 20), "chain over shared memory + tcp");  // placed host by host
+    EXPECT_EQ(c.algorithmFor("allgather", 1 << 20).rfind("hierarchical", 0), 0u);
+  }, testOptions(), {"a", "a", "b", "b"});
   // Uneven hosts: the flat algorithms; rank 1, alone on its host, needs TCP only.
   runThreads(3, [](Communicator& c) {
     EXPECT_EQ(c.algorithmFor("allgather", 4), c.rank() == 1 ? "ring over tcp" : "ring over shared memory + tcp");
