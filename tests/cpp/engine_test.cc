@@ -85,6 +85,17 @@ TEST(Engine, ManyTensorsOutOfOrderFromSeveralThreadsOverManySteps) {
   }));
 }
 
+// Two pretend hosts, ranks alternating: the engine's idle waits and its fused collectives over
+// the mixed transport (shared memory to one peer, TCP to two), and the hierarchical allreduce
+// for the large fused buffers. A rank that starts its steps late wakes the idle others.
+TEST(Engine, OnTwoHostsTheMixedTransportWakesAndCarriesTheEngine) {
+  expectNoErrors(runEngines(4, [](Engine& e) {
+    std::mt19937 rng(static_cast<unsigned>(e.identity().rank) * 31u + 5u);
+    if (e.identity().rank == 3) std::this_thread::sleep_for(300ms);
+    submitAndCheck(e, 4, 200, 2, 40000, rng);
+  }, {}, testOptions(), {"a", "b", "a", "b"}));
+}
+
 TEST(Engine, SteadyStateNeedsNoFullNegotiation) {
   expectNoErrors(runEngines(2, [](Engine& e) {
     std::mt19937 rng(static_cast<unsigned>(e.identity().rank) + 11);

@@ -91,8 +91,9 @@ std::vector<std::string> runThreadsCollectErrors(int size, const std::function<v
 }
 
 std::vector<std::string> runEngines(int size, const std::function<void(Engine&)>& fn,
-                                    const EngineOptions& options, const CommunicatorOptions& comm_options) {
-  return runRanks(size, comm_options, {}, [&](std::unique_ptr<Communicator> comm) {
+                                    const EngineOptions& options, const CommunicatorOptions& comm_options,
+                                    const std::vector<std::string>& hosts) {
+  return runRanks(size, comm_options, hosts, [&](std::unique_ptr<Communicator> comm) {
     Engine engine(std::move(comm), options);
     fn(engine);
   });

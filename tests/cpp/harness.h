@@ -46,7 +46,8 @@ std::vector<std::string> runThreadsCollectErrors(int size, const std::function<v
 // Runs fn on `size` ranks, each with its own Engine over its own Communicator.
 std::vector<std::string> runEngines(int size, const std::function<void(Engine&)>& fn,
                                     const EngineOptions& options = {},
-                                    const CommunicatorOptions& comm_options = testOptions());
+                                    const CommunicatorOptions& comm_options = testOptions(),
+                                    const std::vector<std::string>& hosts = {});
 
 using Scenario = std::function<int()>;  // runs in a worker process; returns its exit code
 bool registerScenario(const std::string& name, Scenario fn);
