@@ -149,7 +149,7 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std
     : rank_(rank), options_(options), peers_(std::move(peers)), members_(std::move(members)),
       slot_(peers_.size(), -1), inboxes_(peers_.size(), nullptr), written_(peers_.size(), 0),
       consumed_(peers_.size(), 0), departed_(peers_.size(), false), closed_(peers_.size(), false),
-      runs_(peers_.size()) {
+      lanes_(peers_.size()) {
   const int n = static_cast<int>(members_.size());
   for (int i = 0; i < n; ++i) slot_[static_cast<size_t>(members_[static_cast<size_t>(i)])] = i;
   const size_t ring_bytes = roundUp16(std::max<size_t>(options_.chunk_bytes * kRingChunks, 4096));
@@ -342,8 +342,8 @@ bool ShmTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
 // True when some lane could move now: data waiting for a receive, room for a send whose data is
 // ready.
 bool ShmTransport::canProgress() const {
-  for (int p : active_) {
-    const PeerRun& run = runs_[static_cast<size_t>(p)];
+  for (int p : lanes_.active()) {
+    const auto& run = lanes_[p];
     if (!run.recv.idle() &&
         incoming(p).written.load(std::memory_order_seq_cst) != consumed_[static_cast<size_t>(p)]) {
       return true;
@@ -395,9 +395,9 @@ bool ShmTransport::drainSocket(int peer) {
 void ShmTransport::checkPeers(const OpTag& tag) {
   std::vector<pollfd> fds;
   std::vector<int> waited_for;  // peers with transfers left; a peer that is done may leave
-  for (int p : active_) {
-    const PeerRun& run = runs_[static_cast<size_t>(p)];
-    if (run.send.idle() && run.recv.idle()) continue;
+  for (int p : lanes_.active()) {
+    const auto& run = lanes_[p];
+    if (run.idle()) continue;
     fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), POLLIN | POLLRDHUP, 0});
     waited_for.push_back(p);
   }
@@ -406,7 +406,7 @@ void ShmTransport::checkPeers(const OpTag& tag) {
     const int p = waited_for[i];
     if (fds[i].revents == 0 || drainSocket(p)) continue;
     if (canProgress()) return;  // finish reading what it left first
-    const PeerRun& run = runs_[static_cast<size_t>(p)];
+    const auto& run = lanes_[p];
     const std::string here = std::string(tag.name) + " #" + std::to_string(tag.sequence);
     const std::string owed = !run.recv.idle() ? "expects " + std::to_string(run.recv.queue[run.recv.head]->bytes) +
                                                     " bytes from it"
@@ -421,44 +421,20 @@ void ShmTransport::checkPeers(const OpTag& tag) {
 
 void ShmTransport::begin(std::span<Transfer> transfers) {
   if (broken_) rethrowAs(*broken_);
-  for (PeerRun& r : runs_) {  // reused: a small collective allocates nothing
-    r.send.queue.clear();
-    r.send.head = 0;
-    r.send.header_done = false;
-    r.recv.queue.clear();
-    r.recv.head = 0;
-    r.recv.header_done = false;
+  for (const Transfer& t : transfers) {
+    if (serves(t.peer) && t.bytes > UINT32_MAX) throw InternalError("a shared-memory message is limited to 4 GiB");
   }
-  for (Transfer& t : transfers) {
-    if (!serves(t.peer)) continue;
-    if (t.bytes > UINT32_MAX) throw InternalError("a shared-memory message is limited to 4 GiB");
-    auto& run = runs_[static_cast<size_t>(t.peer)];
-    (t.kind == Transfer::Kind::kSend ? run.send : run.recv).queue.push_back(&t);
-  }
-  active_.clear();
-  for (int p : members_) {
-    const auto& r = runs_[static_cast<size_t>(p)];
-    if (!r.send.idle() || !r.recv.idle()) active_.push_back(p);
-  }
+  lanes_.assign(transfers, [this](int peer) { return serves(peer); });
 }
 
 bool ShmTransport::advance(const OpTag& tag) {
-  bool progressed = false;
-  for (int p : active_) {
-    auto& r = runs_[static_cast<size_t>(p)];
-    progressed |= progressSend(p, r.send, tag);
-    progressed |= progressRecv(p, r.recv, tag);
-  }
-  return progressed;
+  return lanes_.advance([&](int p, auto& pair) {
+    const bool sent = progressSend(p, pair.send, tag);
+    return progressRecv(p, pair.recv, tag) || sent;
+  });
 }
 
-bool ShmTransport::pending() const {
-  for (int p : active_) {
-    const auto& r = runs_[static_cast<size_t>(p)];
-    if (!r.send.idle() || !r.recv.idle()) return true;
-  }
-  return false;
-}
+bool ShmTransport::pending() const { return lanes_.pending(); }
 
 // Sleeping in a poll() shared with TCP peers: every member's socket is watched, since the one
 // peer that takes the kInPoll flag may be one this set does not involve (Note [shm rings]).
@@ -487,8 +463,8 @@ void ShmTransport::finishWait(std::span<const pollfd> fds, const OpTag& tag) {
 
 std::string ShmTransport::owed() const {
   std::string owed;
-  for (int p : active_) {
-    const auto& r = runs_[static_cast<size_t>(p)];
+  for (int p : lanes_.active()) {
+    const auto& r = lanes_[p];
     if (!r.recv.idle()) {
       const Transfer& t = *r.recv.queue[r.recv.head];
       owed += "; receiving from " + describePeer(p) + ": " + std::to_string(t.done) + " of " +

@@ -25,6 +25,7 @@
 #include "hora/errors.h"
 #include "rendezvous/store.h"
 #include "transport/peer_group.h"
+#include "transport/peer_lanes.h"
 #include "transport/tcp/tcp_connect.h"
 #include "transport/transport.h"
 
@@ -73,15 +74,8 @@ class ShmTransport final : public Transport, public PeerGroup {
   struct Channel;  // one ring buffer in it
 
  private:
-  struct Lane {
-    std::vector<Transfer*> queue;
-    size_t head = 0;
+  struct Lane : LaneBase {
     bool header_done = false;
-    bool idle() const { return head == queue.size(); }
-  };
-  struct PeerRun {
-    Lane send;
-    Lane recv;
   };
   bool progressSend(int peer, Lane& lane, const OpTag& tag);
   bool progressRecv(int peer, Lane& lane, const OpTag& tag);
@@ -106,8 +100,7 @@ class ShmTransport final : public Transport, public PeerGroup {
   std::vector<bool> closed_;        // socket closed (after a goodbye, or dead)
   common::Deadline::Clock::time_point spin_off_until_{};
   bool oversubscribed_ = false;  // more ranks on this host than cores (Note [shm waiting])
-  std::vector<PeerRun> runs_;    // the current transfer set's lanes, per peer
-  std::vector<int> active_;      // peers with transfers in it
+  PeerLanes<Lane> lanes_;        // the current transfer set's
   std::vector<int> polled_;      // the peer of each descriptor prepareWait/prepareIdle added
   std::optional<Error> broken_;
 };

@@ -19,25 +19,10 @@ namespace hora::transport::tcp {
 // its close; we cannot look past those without consuming them, so such a peer is judged when
 // this rank reads from it.
 
-struct TcpTransport::Lane {
-  std::vector<Transfer*> queue;
-  size_t head = 0;
-  FrameHeader header;
-  size_t header_done = 0;
-  size_t scratch_fill = 0;
-  bool want_io = false;  // blocked on the socket (not on `ready`)
-  bool idle() const { return head == queue.size(); }
-};
-
-struct TcpTransport::PeerRun {
-  Lane send;
-  Lane recv;
-};
-
 TcpTransport::TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes,
                            std::chrono::microseconds spin)
     : rank_(rank), peers_(std::move(peers)), departed_(peers_.size(), false),
-      chunk_bytes_(chunk_bytes), spin_(spin), scratch_(peers_.size()), runs_(peers_.size()),
+      chunk_bytes_(chunk_bytes), spin_(spin), scratch_(peers_.size()), lanes_(peers_.size()),
       unwatched_(peers_.size(), false) {
   for (auto& p : peers_)
     if (p.fd.valid()) common::setNonBlocking(p.fd.get());
@@ -220,48 +205,28 @@ bool TcpTransport::serves(int peer) const {
 
 void TcpTransport::begin(std::span<Transfer> transfers) {
   if (broken_) rethrowAs(*broken_);
-  for (PeerRun& r : runs_) r = PeerRun{};
-  active_.clear();
+  lanes_.assign(transfers, [this](int peer) { return serves(peer); });
   std::fill(unwatched_.begin(), unwatched_.end(), false);
-  for (Transfer& t : transfers) {
-    if (!serves(t.peer)) continue;
-    auto& run = runs_[static_cast<size_t>(t.peer)];
-    (t.kind == Transfer::Kind::kSend ? run.send : run.recv).queue.push_back(&t);
-  }
-  for (int p = 0; p < size(); ++p) {
-    const auto& r = runs_[static_cast<size_t>(p)];
-    if (!r.send.idle() || !r.recv.idle()) active_.push_back(p);
-  }
 }
 
 bool TcpTransport::advance(const OpTag& tag) {
-  bool progressed = false;
-  for (int p : active_) {
-    auto& r = runs_[static_cast<size_t>(p)];
-    progressed |= progressSend(p, r.send, tag);
-    progressed |= progressRecv(p, r.recv, tag);
-  }
-  return progressed;
+  return lanes_.advance([&](int p, auto& pair) {
+    const bool sent = progressSend(p, pair.send, tag);
+    return progressRecv(p, pair.recv, tag) || sent;
+  });
 }
 
-bool TcpTransport::pending() const {
-  for (int p : active_) {
-    const auto& r = runs_[static_cast<size_t>(p)];
-    if (!r.send.idle() || !r.recv.idle()) return true;
-  }
-  return false;
-}
+bool TcpTransport::pending() const { return lanes_.pending(); }
 
 bool TcpTransport::prepareWait(std::vector<pollfd>& fds) {
   polled_.clear();
   for (int p = 0; p < size(); ++p) {
     if (!serves(p)) continue;
-    const auto& r = runs_[static_cast<size_t>(p)];
+    const auto& r = lanes_[p];
     short events = 0;
     if (r.send.want_io) events |= POLLOUT;
     if (!r.recv.idle()) events |= POLLIN;
-    const bool involved = !r.send.idle() || !r.recv.idle();
-    if (!involved && !unwatched_[static_cast<size_t>(p)] && !departed_[static_cast<size_t>(p)]) events |= POLLRDHUP;
+    if (r.idle() && !unwatched_[static_cast<size_t>(p)] && !departed_[static_cast<size_t>(p)]) events |= POLLRDHUP;
     if (events == 0) continue;
     fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), events, 0});
     polled_.push_back(p);
@@ -271,22 +236,20 @@ bool TcpTransport::prepareWait(std::vector<pollfd>& fds) {
 
 void TcpTransport::finishWait(std::span<const pollfd> fds, const OpTag&) {
   for (size_t i = 0; i < fds.size(); ++i) {
-    const int p = polled_[i];
-    const auto& r = runs_[static_cast<size_t>(p)];
-    if (fds[i].revents != 0 && r.send.idle() && r.recv.idle()) checkIdlePeer(p);
+    if (fds[i].revents != 0 && lanes_[polled_[i]].idle()) checkIdlePeer(polled_[i]);
   }
 }
 
 std::string TcpTransport::owed() const {
   std::string owed;
-  for (int p : active_) {
-    const auto& recv = runs_[static_cast<size_t>(p)].recv;
+  for (int p : lanes_.active()) {
+    const auto& recv = lanes_[p].recv;
     if (!recv.idle()) {
       const Transfer& t = *recv.queue[recv.head];
       owed += "; receiving from " + describePeer(p) + ": " + std::to_string(t.done) + " of " +
               std::to_string(t.bytes) + " bytes arrived";
     }
-    const auto& send = runs_[static_cast<size_t>(p)].send;
+    const auto& send = lanes_[p].send;
     if (!send.idle() && send.want_io) {
       const Transfer& t = *send.queue[send.head];
       owed += "; sending to " + describePeer(p) + ": " + std::to_string(t.done) + " of " +

@@ -17,6 +17,8 @@
 
 #include "hora/errors.h"
 #include "transport/peer_group.h"
+#include "transport/peer_lanes.h"
+#include "transport/tcp/frame.h"
 #include "transport/tcp/tcp_connect.h"
 #include "transport/transport.h"
 
@@ -55,12 +57,16 @@ class TcpTransport final : public Transport, public PeerGroup {
   int socketForTesting(int peer) const { return peers_[static_cast<size_t>(peer)].fd.get(); }
 
  private:
-  struct Lane;
-  struct PeerRun;
+  struct Lane : LaneBase {
+    FrameHeader header;
+    size_t header_done = 0;
+    size_t scratch_fill = 0;
+    bool want_io = false;  // blocked on the socket (not on `ready`)
+  };
   bool progressSend(int peer, Lane& lane, const OpTag& tag);
   bool progressRecv(int peer, Lane& lane, const OpTag& tag);
   void checkIdlePeer(int peer);
-  void validateHeader(int peer, const struct FrameHeader& h, const Transfer& t, const OpTag& tag);
+  void validateHeader(int peer, const FrameHeader& h, const Transfer& t, const OpTag& tag);
   [[noreturn]] void fail(Error error);
 
   const int rank_;
@@ -70,8 +76,7 @@ class TcpTransport final : public Transport, public PeerGroup {
   const std::chrono::microseconds spin_;
   common::Deadline::Clock::time_point spin_off_until_{};  // Note [spin, then block]
   std::vector<std::vector<std::byte>> scratch_;  // per peer, chunk_bytes_ each, made on demand
-  std::vector<PeerRun> runs_;    // the current transfer set's lanes, per peer
-  std::vector<int> active_;      // peers with transfers in it
+  PeerLanes<Lane> lanes_;        // the current transfer set's
   std::vector<bool> unwatched_;  // idle peers holding data of a later collective (Note [peer liveness])
   std::vector<int> polled_;      // the peer of each descriptor prepareWait/prepareIdle added
   std::optional<Error> broken_;
