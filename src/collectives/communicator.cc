@@ -75,7 +75,7 @@ size_t checkCounts(std::string_view op, std::string_view name, std::span<const s
 
 }  // namespace
 
-// A collective made of other communicators' collectives (the hierarchical allreduce) reports a
+// A collective made of other communicators' collectives (the hierarchical ones) reports a
 // failure once, to all its ranks, at the outer level: the inner ones only pass the error up.
 struct Nesting {
   static thread_local inline int depth = 0;

@@ -36,17 +36,19 @@ class PeerGroup {
   virtual bool advance(const OpTag& tag) = 0;
   virtual bool pending() const = 0;
 
-  // Before blocking: appends the descriptors whose readiness means this group can move, and
-  // returns false instead when it can move already. After poll(): looks at its descriptors'
-  // revents (the same ones, in order) and throws when a peer it waits for is gone.
+  // Before blocking: appends the descriptors whose readiness means this group can move (and arms
+  // whatever makes peers signal them); false when it can move already. After poll(), or instead
+  // of it: finishWait disarms, looks at its descriptors' revents (the same ones, in order) and
+  // throws when a peer it waits for is gone.
   virtual bool prepareWait(std::vector<pollfd>& fds) = 0;
   virtual void finishWait(std::span<const pollfd> fds, const OpTag& tag) = 0;
   // "; receiving from rank 1 (...): 10 of 64 bytes arrived" for each transfer still open.
   virtual std::string owed() const = 0;
 
   // The same for an idle engine (Transport::waitForIncoming): prepareIdle returns false when a
-  // peer has sent something already; finishIdle returns true when a peer woke this rank (a
-  // goodbye does not count, a lost peer does).
+  // peer has sent something already; finishIdle returns true when the engine must look now (a
+  // peer's data on a socket, a lost peer; not a goodbye). Data that a wake-up byte announced is
+  // found by the next prepareIdle.
   virtual bool prepareIdle(std::vector<pollfd>& fds) = 0;
   virtual bool finishIdle(std::span<const pollfd> fds) = 0;
 
@@ -87,8 +89,8 @@ class Spinner {
   Clock::time_point yield_until_{};
 };
 
-// Runs the transfers of every group to completion, blocking in one poll() over all of them.
-// `what` names the groups' transport in the timeout message.
+// Runs the transfers of every group to completion, blocking in one poll() over all of them;
+// throws TimeoutError naming what each group still owes when `deadline` passes.
 void runGroups(std::span<PeerGroup* const> groups, std::span<Transfer> transfers, const OpTag& tag,
                const common::Deadline& deadline, Spinner& spinner);
 
