@@ -101,6 +101,10 @@ struct ShmTransport::Inbox {
 
 namespace {
 
+// Segments are mapped with MAP_POPULATE, by their owner and by every peer: a ring's pages would
+// otherwise fault in one by one the first time messages pass through them (measured: 16 KiB
+// allreduces at 2 ranks took 20 us each for the first 64 calls, 2.5 us afterwards).
+
 // Creates, sizes and maps a new segment; returns its name.
 std::pair<std::string, void*> createSegment(size_t bytes) {
   static std::atomic<uint64_t> counter{0};
@@ -111,7 +115,7 @@ std::pair<std::string, void*> createSegment(size_t bytes) {
     if (fd < 0) throw InternalError("shm_open(" + name + ") failed: " + std::strerror(errno));
     void* p = MAP_FAILED;
     if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0)
-      p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+      p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     const int error = errno;
     ::close(fd);
     if (p == MAP_FAILED) {
@@ -133,7 +137,7 @@ void* mapSegment(const std::string& name, size_t bytes, int peer) {
   struct stat st {};
   void* p = MAP_FAILED;
   if (::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == bytes)
-    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) {
     throw PeerError("cannot map rank " + std::to_string(peer) + "'s shared-memory segment " + name +
