@@ -50,21 +50,22 @@ void TcpTransport::fail(Error error) {
 
 void TcpTransport::validateHeader(int peer, const FrameHeader& h, const Transfer& t,
                                   const OpTag& tag) {
-  const std::string who = describePeer(peer);
-  const std::string here = std::string(tag.name) + " #" + std::to_string(tag.sequence);
+  // Composed only on failure (see ShmTransport::progressRecv).
+  const auto who = [&] { return describePeer(peer); };
+  const auto here = [&] { return std::string(tag.name) + " #" + std::to_string(tag.sequence); };
   if (h.magic != kFrameMagic)
-    fail(PeerError(who + " sent bytes that are not a hora frame during " + here +
+    fail(PeerError(who() + " sent bytes that are not a hora frame during " + here() +
                    " (garbage on the data connection)"));
   if (h.kind == FrameKind::kGoodbye)
-    fail(PeerError(who + " has shut down its communicator while this rank still expects " +
-                   std::to_string(t.bytes) + " bytes from it in " + here));
+    fail(PeerError(who() + " has shut down its communicator while this rank still expects " +
+                   std::to_string(t.bytes) + " bytes from it in " + here()));
   if (h.sequence != tag.sequence || h.op != tag.op)
-    fail(MismatchError(who + " is in collective #" + std::to_string(h.sequence) + " (op " +
-                       std::to_string(h.op) + ") while this rank is in " + here +
+    fail(MismatchError(who() + " is in collective #" + std::to_string(h.sequence) + " (op " +
+                       std::to_string(h.op) + ") while this rank is in " + here() +
                        ": ranks called collectives in different orders or counts"));
   if (h.bytes != t.bytes)
-    fail(MismatchError(who + " sends " + std::to_string(h.bytes) + " bytes where this rank expects " +
-                       std::to_string(t.bytes) + " in " + here +
+    fail(MismatchError(who() + " sends " + std::to_string(h.bytes) + " bytes where this rank expects " +
+                       std::to_string(t.bytes) + " in " + here() +
                        ": counts or data types differ between ranks"));
 }
 
