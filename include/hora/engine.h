@@ -82,6 +82,7 @@ class HORA_API Handle {
 struct HORA_API EngineOptions {
   std::chrono::microseconds cycle_time{1000};  // HORA_CYCLE_TIME (ms): idle housekeeping period
   size_t fusion_threshold = 128u << 20;       // HORA_FUSION_THRESHOLD (bytes)
+  size_t bucket_bytes = 1u << 20;             // HORA_BUCKET_BYTES: Note [buckets] (0 = none)
   int cache_capacity = 1024;                  // HORA_CACHE_CAPACITY
   std::chrono::seconds stall_check{60};       // HORA_STALL_CHECK_TIME_SECONDS (0 = off)
   std::chrono::seconds stall_shutdown{0};     // HORA_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
@@ -142,6 +143,11 @@ class HORA_API Engine {
   void shutdown();
 
   EngineStats stats() const;
+
+  // How many threads of this process compute (e.g. torch's intra-op threads; 1 by default).
+  // hora's waiting threads spin only while those leave them a core (Note [who may spin] in
+  // src/common/cpu_share.h); frontends call this when they learn the number.
+  static void setComputeThreads(int threads);
 
   // Starts (or restarts, in a new file) and stops the timeline at run time; they take effect at
   // the next cycle. Only rank 0 records unless all_ranks is set.

@@ -19,6 +19,7 @@
 #include "collectives/hierarchy.h"
 #include "collectives/reduce.h"
 #include "common/config.h"
+#include "common/cpu_share.h"
 #include "common/logging.h"
 #include "common/socket.h"
 #include "hora/errors.h"
@@ -126,6 +127,7 @@ class CommunicatorImpl {
     auto peers = transport::tcp::connectMesh(mesh, *store_, deadline);
     for (int r = 0; r < size(); ++r) peers[static_cast<size_t>(r)].label = label(r);
     const bool one_host = identity_.local_size == identity_.size;
+    common::CpuShare::process().noteLocalRanks(identity_.local_size);  // Note [who may spin]
     if (options_.transport == TransportChoice::kSharedMemory && !one_host) {
       throw InvalidArgumentError("HORA_TRANSPORT=shm: the " + std::to_string(identity_.size) + " ranks span " +
                                  std::to_string(identity_.cross_size) +

@@ -53,14 +53,21 @@ constexpr KnobSpec kKnobs[] = {
     {"SLURM_STEP_NODELIST", "", G::kForeignLauncher, "",
      "Hosts of the Slurm step; the store runs in rank 0 on the first one."},
     {"HORA_SPIN_MICROSECONDS", "", G::kTuning, "50",
-     "How long a waiting rank retries, yielding the CPU between tries, before it sleeps in "
-     "poll(): lower latency for small messages. 0 = always sleep."},
+     "How long a waiting rank may retry, yielding the CPU between tries, before it sleeps in "
+     "poll(): lower latency for small messages. It spins only while no compute thread of its "
+     "process needs the core and its last waits ended within the spin. 0 = always sleep."},
     {"HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", G::kTuning, "1024",
      "Entries of the engine's response cache; 0 turns it off (every cycle negotiates in full)."},
     {"HORA_CYCLE_TIME", "HOROVOD_CYCLE_TIME", G::kTuning, "1",
-     "Milliseconds between an idle engine's housekeeping checks (stall warnings). An idle engine "
-     "sends nothing and sleeps; a request on any rank starts a cycle at once. 0 = cycle "
+     "Milliseconds between an idle engine's stall checks while some tensor waits for other "
+     "ranks (an engine with nothing pending sleeps until there is work). An idle engine sends "
+     "nothing; a request on any rank starts a cycle (HORA_BUCKET_BYTES). 0 = cycle "
      "continuously (to measure the negotiation's cost)."},
+    {"HORA_BUCKET_BYTES", "", G::kTuning, "1M",
+     "An engine holds queued allreduces back until this many bytes are queued, another request "
+     "comes, a thread waits for (or polls) one of them, or another rank starts a cycle; then "
+     "they are negotiated and fused together. Gradients thus go in buckets, not one cycle each. "
+     "0 = start a cycle for every request."},
     {"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", G::kTuning, "128M",
      "Largest fused allreduce in bytes; 0 turns fusion off."},
     {"HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", G::kTuning, "60",
@@ -105,7 +112,8 @@ constexpr KnobSpec kKnobs[] = {
      "chain. Default measured: the two cross between 512K and 740K at 2 and 4 ranks over TCP."},
     {"HORA_SHM_SPIN_MICROSECONDS", "", G::kTuning, "1000",
      "HORA_SPIN_MICROSECONDS over shared memory: a peer woken from its futex takes about 100 us "
-     "to run again on this machine, so ranks keep yielding longer before they sleep."},
+     "to run again on this machine, so ranks may keep yielding longer before they sleep (under "
+     "the same conditions)."},
     {"HORA_SHM_RING_THRESHOLD", "", G::kTuning, "4K",
      "HORA_RING_THRESHOLD for communicators over shared memory: above it the ring (measured: "
      "the ring's extra steps cost little in memory, so it wins from a few KiB)."},

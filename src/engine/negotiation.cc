@@ -178,6 +178,14 @@ std::vector<PendingTable::Stall> PendingTable::stalled(Clock::time_point now,
   return out;
 }
 
+std::optional<PendingTable::Clock::time_point> PendingTable::oldest() const {
+  std::optional<Clock::time_point> out;
+  for (const auto& [name, e] : entries_) {
+    if (!out || e.first_seen < *out) out = e.first_seen;
+  }
+  return out;
+}
+
 std::vector<Response> PendingTable::failIncomplete(const std::string& why) {
   std::vector<Response> out;
   for (auto& [name, e] : entries_) out.push_back({name, {}, why});

@@ -60,6 +60,8 @@ class PendingTable {
   // Removes every name some rank has not submitted and returns them as error responses.
   std::vector<Response> failIncomplete(const std::string& why);
   bool empty() const { return entries_.empty(); }
+  // When the longest-waiting name was first submitted; nullopt when nothing waits.
+  std::optional<Clock::time_point> oldest() const;
   // Ranks that have joined and wait for the others (Note [join]), ascending.
   std::vector<int> joined() const;
   bool hasJoined(int rank) const { return joined_[static_cast<size_t>(rank)]; }

@@ -10,6 +10,7 @@
 #include <numeric>
 #include <set>
 
+#include "common/cpu_share.h"
 #include "common/logging.h"
 #include "engine/process_sets.h"
 #include "hora/errors.h"
@@ -58,14 +59,23 @@ void Handle::State::complete(std::exception_ptr e, std::vector<int64_t> shape) {
 }
 
 bool Handle::poll() const {
-  std::lock_guard lock(state_->mutex);
-  return state_->done;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->done) return true;
+  }
+  if (state_->doorbell) state_->doorbell->ringIfHeld();  // someone wants it now: Note [buckets]
+  return false;
 }
 
 void Handle::wait(std::chrono::milliseconds timeout) const {
   std::unique_lock lock(state_->mutex);
-  if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
-    throw TimeoutError("request did not complete within " + std::to_string(timeout.count()) + " ms");
+  if (!state_->done) {
+    if (state_->doorbell) state_->doorbell->ringIfHeld();
+    // While this thread waits its core is free for hora's threads (Note [who may spin]).
+    common::CpuShare::FrontendWait blocked;
+    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
+      throw TimeoutError("request did not complete within " + std::to_string(timeout.count()) + " ms");
+  }
   if (state_->failure) rethrowAs(*state_->failure);
 }
 
@@ -83,6 +93,15 @@ namespace engine {
 
 using Clock = PendingTable::Clock;
 
+Doorbell::Doorbell() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+  if (!fd_.valid()) throw InternalError(std::string("eventfd failed: ") + std::strerror(errno));
+}
+
+void Doorbell::ring() {
+  const uint64_t one = 1;
+  [[maybe_unused]] auto n = ::write(fd_.get(), &one, sizeof(one));
+}
+
 // Tensors of at least this size are not copied into the fusion buffer (see execute()).
 constexpr size_t kFuseBelowBytes = 1 << 20;
 
@@ -97,11 +116,11 @@ constexpr size_t kFuseBelowBytes = 1 << 20;
 
 Runtime::Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& options)
     : comm_(std::move(comm)), options_(options), rank_(comm_->rank()), size_(comm_->size()),
-      table_(size_), cache_(options.cache_capacity), wake_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
-  if (!wake_fd_.valid()) throw InternalError(std::string("eventfd failed: ") + std::strerror(errno));
+      table_(size_), cache_(options.cache_capacity), doorbell_(std::make_shared<Doorbell>()) {
   if (!options.timeline.empty())
     timeline_request_ = TimelineRequest{options.timeline, options.timeline_mark_cycles, options.timeline_all_ranks};
   applyTimelineRequest();  // before the thread starts: a bad path fails the constructor
+  common::CpuShare::process().noteEngine(+1);  // Note [who may spin]
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -119,11 +138,6 @@ void Runtime::stopTimeline() {
     timeline_request_ = TimelineRequest{};
   }
   wakeUp();
-}
-
-void Runtime::wakeUp() {
-  const uint64_t one = 1;
-  [[maybe_unused]] auto n = ::write(wake_fd_.get(), &one, sizeof(one));
 }
 
 void Runtime::applyTimelineRequest() {
@@ -155,7 +169,10 @@ std::string upper(std::string_view s) {
 }
 }  // namespace
 
-Runtime::~Runtime() { shutdown(); }
+Runtime::~Runtime() {
+  shutdown();
+  common::CpuShare::process().noteEngine(-1);
+}
 
 Handle failedHandle(std::exception_ptr e, std::function<void(std::exception_ptr)> done) {
   auto state = std::make_shared<Handle::State>();
@@ -191,12 +208,23 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
     lock.unlock();
     return reject(std::make_exception_ptr(ShutdownError("enqueue '" + request.name + "': the engine has shut down")));
   }
+  // Note [buckets]: an allreduce nobody waits for yet may wait for company.
+  const bool may_hold = request.op == Collective::kAllreduce && !done && options_.bucket_bytes > 0;
   auto state = std::make_shared<Handle::State>();
   state->callback = std::move(done);
+  state->doorbell = doorbell_;
   Handle handle(state);
+  if (may_hold) held_bytes_ += static_cast<size_t>(meta.elements()) * dataTypeSize(meta.type);
   queue_.push_back({std::move(request), std::move(meta), state});
+  const bool ring = !may_hold || held_bytes_ >= options_.bucket_bytes;
+  if (ring) {
+    held_bytes_ = 0;
+    doorbell_->release();
+  } else {
+    doorbell_->hold();
+  }
   lock.unlock();
-  wakeUp();
+  if (ring) wakeUp();
   return handle;
 }
 
@@ -233,31 +261,57 @@ void Runtime::loop() {
 // Note [idle engine]: an engine with nothing to negotiate does not cycle. Cycling anyway (every
 // HORA_CYCLE_TIME, as Horovod does) costs a network round trip and a wake-up per millisecond on
 // every rank, CPU that a training job on the same cores would rather use. Instead the engine
-// thread sleeps in poll() on its peers' sockets and an eventfd: a request of this rank (or a
-// shutdown, or a timeline switch) writes the eventfd; a request of another rank makes that rank
+// thread sleeps in poll() on its peers' sockets and an eventfd (the Doorbell): a request of this
+// rank (or a shutdown, or a timeline switch) rings it; a request of another rank makes that rank
 // cycle, and the first bytes of its control allreduce arrive here, so this rank joins the cycle.
 // Since every rank runs the same cycles, a rank that received bytes knows a cycle began. Names
 // this rank submitted but others have not need no cycle of ours: the others' submission starts
-// one. Every HORA_CYCLE_TIME the thread wakes to do housekeeping that needs no peers (stall
-// warnings), and starts a cycle if the stall-shutdown limit has passed.
+// one. The sleep ends early only for housekeeping that needs no peers: rank 0's stall warnings
+// and the stall-shutdown limit, due at known times (idleTimeout), so an engine with nothing
+// pending does not wake at all.
+//
+// Note [buckets]: gradients reach the engine one by one during the backward pass, a few
+// milliseconds apart. A cycle for each (as Horovod's engine does every HORA_CYCLE_TIME) wakes
+// every rank's engine thread twice per gradient, and mostly finds that the other ranks do not
+// have it yet. So an allreduce that nobody waits for is only queued (Doorbell::hold) until
+// HORA_BUCKET_BYTES of them are queued, or a request of another kind comes, or a thread waits
+// for or polls any handle of this engine (that rings the doorbell), or another rank starts a
+// cycle (which takes everything queued). Gradients thus go in buckets, as in PyTorch DDP, but
+// the buckets need not be declared and no order is assumed: a rank that started a cycle with a
+// bucket the others have only in part runs what every rank has, and the rest follows with the
+// next bucket. A cycle after one that ran something also takes what queued meanwhile.
 void Runtime::waitUntilSomeRankHasWork() {
   while (true) {
     {
       std::lock_guard lock(mutex_);
-      if (!queue_.empty() || stopping_ || timeline_request_) return;
+      if ((!queue_.empty() && !doorbell_->held()) || stopping_ || timeline_request_) return;
     }
     if (!to_announce_.empty() || !dup_announce_.empty()) return;
     if (options_.stall_shutdown.count() > 0 && !table_.stalled(Clock::now(), options_.stall_shutdown).empty())
       return;
-    const bool woken = comm_->waitForIncoming(std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::max(options_.cycle_time, std::chrono::microseconds(1000))), wake_fd_.get());
-    if (woken) {
+    if (comm_->waitForIncoming(idleTimeout(), doorbell_->fd())) {
       uint64_t count;
-      [[maybe_unused]] auto n = ::read(wake_fd_.get(), &count, sizeof(count));  // EAGAIN if a peer woke us
+      // Our doorbell: look again at what rang it. Otherwise a peer began a cycle: join it.
+      if (::read(doorbell_->fd(), &count, sizeof(count)) == sizeof(count)) continue;
       return;
     }
     warnStalls();
   }
+}
+
+std::chrono::milliseconds Runtime::idleTimeout() const {
+  using std::chrono::milliseconds;
+  constexpr milliseconds kLongest{1000};  // a bound, in case a clock jumps
+  const auto oldest = table_.oldest();
+  if (!oldest) return kLongest;
+  const auto now = Clock::now();
+  auto due = now + kLongest;
+  if (rank_ == 0 && options_.stall_check.count() > 0 && *oldest + options_.stall_check > now)
+    due = std::min(due, *oldest + options_.stall_check);
+  if (options_.stall_shutdown.count() > 0 && *oldest + options_.stall_shutdown > now)
+    due = std::min(due, *oldest + options_.stall_shutdown);
+  const auto floor = std::max(std::chrono::duration_cast<milliseconds>(options_.cycle_time), milliseconds(1));
+  return std::max(std::chrono::duration_cast<milliseconds>(due - now) + milliseconds(1), floor);
 }
 
 void Runtime::admit(std::vector<Local> fresh) {
@@ -294,6 +348,8 @@ Runtime::CycleResult Runtime::cycle() {
   {
     std::lock_guard lock(mutex_);
     fresh.swap(queue_);
+    held_bytes_ = 0;
+    doorbell_->release();
     stopping = stopping_;
   }
   admit(std::move(fresh));
@@ -729,5 +785,6 @@ void Engine::startTimeline(const std::string& path, bool mark_cycles, bool all_r
 }
 void Engine::stopTimeline() { sets_->world().stopTimeline(); }
 EngineStats Engine::stats() const { return sets_->world().stats(); }
+void Engine::setComputeThreads(int threads) { common::CpuShare::process().setComputeThreads(threads); }
 
 }  // namespace hora

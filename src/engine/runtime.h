@@ -1,6 +1,7 @@
 // Runtime: the Engine's background thread and everything it owns (Note [engine cycle]).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -18,6 +19,28 @@
 
 namespace hora {
 
+namespace engine {
+// The engine thread's eventfd. Handles share it, so that a thread that waits for (or polls) a
+// request the engine holds back (Note [buckets]) can wake the engine; it outlives the Runtime.
+class Doorbell {
+ public:
+  Doorbell();
+  int fd() const { return fd_.get(); }
+  void ring();
+  // Requests are queued but held back; the next wait or poll on any handle rings.
+  void hold() { held_.store(true, std::memory_order_release); }
+  void release() { held_.store(false, std::memory_order_relaxed); }
+  bool held() const { return held_.load(std::memory_order_acquire); }
+  void ringIfHeld() {
+    if (held_.load(std::memory_order_acquire) && held_.exchange(false)) ring();
+  }
+
+ private:
+  common::Fd fd_;
+  std::atomic<bool> held_{false};
+};
+}  // namespace engine
+
 // The completion of one request. The error is kept as kind and text, and every reader makes
 // its own exception from them: an exception object shared between the engine thread and user
 // threads would be released by whichever finishes last, outside any lock.
@@ -28,6 +51,7 @@ struct Handle::State {
   std::optional<Error> failure;            // guarded by mutex
   std::vector<int64_t> output_shape;       // guarded by mutex
   std::function<void(std::exception_ptr)> callback;
+  std::shared_ptr<engine::Doorbell> doorbell;  // null for handles that failed at enqueue
   void complete(std::exception_ptr e, std::vector<int64_t> shape = {});
 };
 
@@ -61,7 +85,9 @@ class Runtime {
   // Note [idle engine]: returns when this rank has something to negotiate or another rank
   // started a cycle.
   void waitUntilSomeRankHasWork();
-  void wakeUp();  // after queueing something for the engine thread
+  // How long an idle engine may sleep: until the next stall check is due.
+  std::chrono::milliseconds idleTimeout() const;
+  void wakeUp() { doorbell_->ring(); }  // after queueing something for the engine thread
   enum class CycleResult { kIdle, kWorked, kStop };
   // One negotiation round and the execution of what it decided.
   CycleResult cycle();
@@ -87,6 +113,7 @@ class Runtime {
 
   mutable std::mutex mutex_;  // guards queue_, stopping_, fatal_, stats_
   std::vector<Local> queue_;
+  size_t held_bytes_ = 0;  // of the allreduces in queue_ queued without waking the engine
   bool stopping_ = false;
   std::exception_ptr fatal_;
   EngineStats stats_;
@@ -111,7 +138,7 @@ class Runtime {
   std::deque<std::string> recent_;
   uint64_t completed_ = 0;
 
-  common::Fd wake_fd_;  // eventfd: readable while the engine thread has something to pick up
+  std::shared_ptr<Doorbell> doorbell_;  // readable while the engine thread has something to pick up
   std::thread thread_;  // last: starts after everything above exists
 };
 

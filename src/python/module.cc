@@ -120,6 +120,9 @@ PYBIND11_MODULE(_core, m) {
     engine = std::make_unique<hora::Engine>(hora::Communicator::fromEnvironment(),
                                             hora::EngineOptions::fromEnvironment());
   });
+  m.def("set_compute_threads", &hora::Engine::setComputeThreads, py::arg("threads"),
+        "How many threads of this process compute (torch.get_num_threads()): hora's waiting "
+        "threads spin only while those leave them a core.");
   m.def("shutdown", [] {
     std::lock_guard lock(engine_mutex);
     if (!engine) return;
@@ -132,6 +135,12 @@ PYBIND11_MODULE(_core, m) {
     return py::dict(py::arg("rank") = id.rank, py::arg("size") = id.size, py::arg("local_rank") = id.local_rank,
                     py::arg("local_size") = id.local_size, py::arg("cross_rank") = id.cross_rank,
                     py::arg("cross_size") = id.cross_size, py::arg("hostname") = id.hostname);
+  });
+  m.def("engine_stats", [] {  // counters of the global process set's engine, for benchmarks
+    const hora::EngineStats s = theEngine().stats();
+    return py::dict(py::arg("cycles") = s.cycles, py::arg("full_negotiations") = s.full_negotiations,
+                    py::arg("cached_responses") = s.cached_responses, py::arg("fused_allreduces") = s.fused_allreduces,
+                    py::arg("negotiation_seconds") = s.negotiation_seconds);
   });
   m.def("enqueue", &enqueue, py::arg("name"), py::arg("op"), py::arg("dtype"), py::arg("shape"), py::arg("input"),
         py::arg("output"), py::arg("reduce_op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,

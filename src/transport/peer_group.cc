@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/cpu_share.h"
 #include "hora/errors.h"
 
 namespace hora::transport {
@@ -13,18 +14,21 @@ namespace hora::transport {
 constexpr auto kSlowYield = std::chrono::microseconds(200);
 
 bool Spinner::again() {
-  if (polls_ < busy_polls_) {
+  using Mode = common::CpuShare::Mode;
+  if (wait_began_ == Clock::time_point{}) wait_began_ = Clock::now();
+  const Mode mode = common::CpuShare::process().mode();
+  if (mode == Mode::kBlock || yield_for_.count() <= 0 || !history_.worthSpinning()) return false;
+  if (mode == Mode::kBusyPoll && polls_ < busy_polls_) {
     ++polls_;
     __builtin_ia32_pause();
     return true;
   }
-  if (yield_for_.count() <= 0) return false;
   const auto now = Clock::now();
   if (now < yield_off_until_) return false;
-  if (yield_until_ == Clock::time_point{}) yield_until_ = now + yield_for_;
+  if (yield_until_ == Clock::time_point{}) yield_until_ = wait_began_ + yield_for_;
   if (now >= yield_until_) return false;
   ::sched_yield();
-  if (!oversubscribed_ && Clock::now() - now > kSlowYield) yield_off_until_ = Clock::now() + std::chrono::seconds(1);
+  if (mode == Mode::kBusyPoll && Clock::now() - now > kSlowYield) yield_off_until_ = Clock::now() + std::chrono::seconds(1);
   return true;
 }
 
@@ -39,11 +43,9 @@ void runGroups(std::span<PeerGroup* const> groups, std::span<Transfer> transfers
       progressed |= g->advance(tag);
       pending |= g->pending();
     }
+    if (progressed) spinner.progressed();
     if (!pending) return;
-    if (progressed) {
-      spinner.progressed();
-      continue;
-    }
+    if (progressed) continue;
     if (spinner.again()) continue;
     if (deadline.expired()) {
       std::string owed;
@@ -89,10 +91,5 @@ bool waitIdle(std::span<PeerGroup* const> groups, std::chrono::milliseconds time
   }
 }
 
-bool oversubscribes(int ranks) {
-  cpu_set_t cpus;
-  const int cores = ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  return ranks > cores;
-}
 
 }  // namespace hora::transport

@@ -13,6 +13,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <chrono>
 #include <span>
 #include <string>
@@ -58,22 +59,48 @@ class PeerGroup {
 };
 
 // Note [spin, then block]: a peer's answer to a small message comes within microseconds, and
-// sleeping costs a wake-up of about as much again. So after a pass without progress a run polls
-// `busy_polls` times without a system call (only when the ranks have cores of their own), then
-// retries for `yield_for` calling sched_yield() between tries, and only then blocks. The yield
-// matters: the scheduler often puts both ranks of a pair on one core, and a spin that keeps the
-// core starves the very peer it waits for (75 us per hop measured over TCP, against 8 us with
-// yields). On a loaded machine a yield can hand the core to another process for a whole time
-// slice (2 ms measured); a yield that takes that long turns yielding off for a second, unless
-// the ranks outnumber the cores, where that is expected: the yields hand the core to the peers.
+// sleeping costs a wake-up of about as much again. So after a pass without progress a run may
+// poll `busy_polls` times without a system call, then retry for `yield_for` calling sched_yield()
+// between tries, and only then block. Two things decide whether it may (checked at every retry,
+// since a frontend may start or stop waiting meanwhile):
+//   - the host (CpuShare, Note [who may spin]): busy polling only where every rank has a core
+//     for it, yields only where no compute thread of this process runs, and no spinning at all
+//     while compute threads run and the cores are taken (training: the engine waits for a peer
+//     during the backward pass; a spinning engine thread slowed the backward pass itself);
+//   - the last waits (SpinHistory): spinning pays only when waits end within the spin; when
+//     they mostly take longer (a peer still computing) the run sleeps at once.
+// The yield matters: the scheduler often puts both ranks of a pair on one core, and a spin that
+// keeps the core starves the very peer it waits for (75 us per hop measured over TCP, against
+// 8 us with yields). On a loaded machine a yield can hand the core to another process for a
+// whole time slice (2 ms measured); a yield that takes that long while busy polling is allowed
+// turns yielding off for a second.
+class SpinHistory {
+ public:
+  // Whether recent waits ended soon enough for a spin of `limit` to have caught them.
+  bool worthSpinning() const { return score_ > 0; }
+  void record(std::chrono::nanoseconds waited, std::chrono::microseconds limit) {
+    score_ = waited <= limit ? std::min(score_ + 1, kMax) : std::max(score_ - 1, -kMax);
+  }
+
+ private:
+  static constexpr int kMax = 3;
+  int score_ = 1;  // optimistic: the first waits spin
+};
+
 class Spinner {
  public:
   using Clock = common::Deadline::Clock;
-  Spinner(int busy_polls, std::chrono::microseconds yield_for, bool oversubscribed, Clock::time_point& yield_off_until)
-      : busy_polls_(busy_polls), yield_for_(yield_for), oversubscribed_(oversubscribed),
-        yield_off_until_(yield_off_until) {}
+  // `history` and `yield_off_until` belong to the transport, so that they outlive one run.
+  Spinner(int busy_polls, std::chrono::microseconds yield_for, SpinHistory& history,
+          Clock::time_point& yield_off_until)
+      : busy_polls_(busy_polls), yield_for_(yield_for), history_(history), yield_off_until_(yield_off_until) {}
 
+  // After a pass that moved something: ends the current wait, if one began, and records it.
   void progressed() {
+    if (wait_began_ != Clock::time_point{}) {
+      history_.record(Clock::now() - wait_began_, yield_for_);
+      wait_began_ = {};
+    }
     polls_ = 0;
     yield_until_ = {};
   }
@@ -83,9 +110,10 @@ class Spinner {
  private:
   const int busy_polls_;
   const std::chrono::microseconds yield_for_;
-  const bool oversubscribed_;
-  Clock::time_point& yield_off_until_;  // the transport's, so it outlives one run
+  SpinHistory& history_;
+  Clock::time_point& yield_off_until_;
   int polls_ = 0;
+  Clock::time_point wait_began_{};
   Clock::time_point yield_until_{};
 };
 
@@ -97,8 +125,5 @@ void runGroups(std::span<PeerGroup* const> groups, std::span<Transfer> transfers
 // Blocks until a group is woken (PeerGroup::prepareIdle), `wake_fd` is readable or `timeout`
 // passes; false on timeout.
 bool waitIdle(std::span<PeerGroup* const> groups, std::chrono::milliseconds timeout, int wake_fd);
-
-// True when the host has fewer cores (that this process may use) than `ranks`.
-bool oversubscribes(int ranks);
 
 }  // namespace hora::transport

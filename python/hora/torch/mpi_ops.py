@@ -79,12 +79,19 @@ def init(comm=None, process_sets=None):
     if comm is not None:
         raise ValueError("hora does not take an MPI communicator; start the job with horarun or mpirun")
     _core.init()
+    note_compute_threads()
     _identity_cache.clear()
     global_process_set.ranks = list(range(_identity()["size"]))
     added = []
     for ps in process_sets or []:
         added.append(add_process_set(ps))
     return added
+
+
+def note_compute_threads():
+    """Tells the engine how many threads torch computes with, so that hora's waiting threads
+    leave those cores alone (scripts often call torch.set_num_threads after init)."""
+    _core.set_compute_threads(torch.get_num_threads())
 
 
 def shutdown():

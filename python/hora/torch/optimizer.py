@@ -13,7 +13,8 @@ import warnings
 import torch
 
 from hora.torch.compression import Compression
-from hora.torch.mpi_ops import Adasum, Average, allreduce_async_, global_process_set, size, synchronize
+from hora.torch.mpi_ops import (Adasum, Average, allreduce_async_, global_process_set, note_compute_threads, size,
+                                synchronize)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -132,6 +133,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hooks did not run, e.g.
         parameters unused in this pass) and writes the averages into the .grad fields."""
+        note_compute_threads()
         for p in self._requires_update - set(self._handles):
             self._handles[p] = self._allreduce_grad_async(p)
         for p, (handle, ctx) in list(self._handles.items()):

@@ -23,7 +23,7 @@ void HybridTransport::run(std::span<Transfer> transfers, const OpTag& tag, const
   // No busy polling, unlike shared memory alone: a run here mostly waits for the network, and
   // polling only takes the core from a rank of this host that has work (measured: a flat ring
   // across 2 x 2 hosts at 10 Gbit/s took 0.22 s with 2000 polls per wait, 0.16 s without).
-  Spinner spinner(0, spin_, local_->oversubscribed(), spin_off_until_);
+  Spinner spinner(0, spin_, spin_history_, spin_off_until_);
   try {
     runGroups(groups_, transfers, tag, deadline, spinner);
   } catch (const Error& e) {

@@ -36,6 +36,7 @@ class HybridTransport final : public Transport {
   PeerGroup* const groups_[2];
   const std::chrono::microseconds spin_;
   common::Deadline::Clock::time_point spin_off_until_{};
+  SpinHistory spin_history_;
   std::optional<Error> broken_;
 };
 

@@ -195,7 +195,6 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std
   for (auto& p : peers_) {
     if (p.fd.valid()) common::setNonBlocking(p.fd.get());
   }
-  oversubscribed_ = oversubscribes(n);
 }
 
 ShmTransport::~ShmTransport() {
@@ -493,19 +492,16 @@ void ShmTransport::run(std::span<Transfer> transfers, const OpTag& tag, const co
   begin(transfers);
   // Note [shm waiting]: a peer's answer to a small message comes within a microsecond or two
   // when it has a core of its own, so first poll the rings without any system call; then retry
-  // for HORA_SHM_SPIN_MICROSECONDS yielding the CPU; then sleep on the futex (Note [spin, then
-  // block]). When the host has fewer cores than ranks, busy polling only delays the peer that
-  // holds our core, so it is skipped.
-  Spinner spinner(oversubscribed_ ? 0 : kBusyPolls, options_.spin, oversubscribed_, spin_off_until_);
+  // for HORA_SHM_SPIN_MICROSECONDS yielding the CPU; then sleep on the futex. Whether it may
+  // poll or yield at all is the host's and the last waits' call (Note [spin, then block]).
+  Spinner spinner(kBusyPolls, options_.spin, spin_history_, spin_off_until_);
   using Clock = common::Deadline::Clock;
   Clock::time_point next_check{};  // set on the first wait: most small runs never wait
   while (true) {
     const bool progressed = advance(tag);
+    if (progressed) spinner.progressed();
     if (!pending()) return;
-    if (progressed) {
-      spinner.progressed();
-      continue;
-    }
+    if (progressed) continue;
     if (spinner.again()) continue;
     const auto now = Clock::now();
     if (next_check == Clock::time_point{}) next_check = now + kLivenessCheck;

@@ -5,7 +5,7 @@
 // hands the collective a pointer into the ring itself, so a reduction reads the peer's data
 // where the peer wrote it, without copying it out first. Waiting spins briefly (yielding the CPU)
 // and then sleeps on a futex in the inbox header that peers bump when they give this rank
-// something to do, so ranks oversubscribing the cores do not burn them.
+// something to do, so waiting ranks do not burn cores that training threads want.
 //
 // Segments are unlinked as soon as every rank has mapped them: a job killed afterwards leaves
 // nothing in /dev/shm. The TCP mesh stays connected beside the rings, carrying no data: a dead
@@ -68,7 +68,6 @@ class ShmTransport final : public Transport, public PeerGroup {
   bool prepareIdle(std::vector<pollfd>& fds) override;
   bool finishIdle(std::span<const pollfd> fds) override;
   void breakWith(const Error& error) override { broken_ = error; }
-  bool oversubscribed() const { return oversubscribed_; }
 
   struct Inbox;    // a mapped segment (.cc)
   struct Channel;  // one ring buffer in it
@@ -99,7 +98,7 @@ class ShmTransport final : public Transport, public PeerGroup {
   std::vector<bool> departed_;      // said goodbye
   std::vector<bool> closed_;        // socket closed (after a goodbye, or dead)
   common::Deadline::Clock::time_point spin_off_until_{};
-  bool oversubscribed_ = false;  // more ranks on this host than cores (Note [shm waiting])
+  SpinHistory spin_history_;     // Note [spin, then block]
   PeerLanes<Lane> lanes_;        // the current transfer set's
   std::vector<int> polled_;      // the peer of each descriptor prepareWait/prepareIdle added
   std::optional<Error> broken_;

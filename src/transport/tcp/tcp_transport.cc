@@ -296,7 +296,7 @@ void TcpTransport::run(std::span<Transfer> transfers, const OpTag& tag,
   for (const Transfer& t : transfers) {
     if (!serves(t.peer)) throw InternalError("transfer to invalid peer " + std::to_string(t.peer));
   }
-  Spinner spinner(0, spin_, false, spin_off_until_);
+  Spinner spinner(0, spin_, spin_history_, spin_off_until_);
   PeerGroup* self = this;
   try {
     runGroups({&self, 1}, transfers, tag, deadline, spinner);

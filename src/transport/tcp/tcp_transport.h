@@ -75,6 +75,7 @@ class TcpTransport final : public Transport, public PeerGroup {
   const size_t chunk_bytes_;
   const std::chrono::microseconds spin_;
   common::Deadline::Clock::time_point spin_off_until_{};  // Note [spin, then block]
+  SpinHistory spin_history_;
   std::vector<std::vector<std::byte>> scratch_;  // per peer, chunk_bytes_ each, made on demand
   PeerLanes<Lane> lanes_;        // the current transfer set's
   std::vector<bool> unwatched_;  // idle peers holding data of a later collective (Note [peer liveness])

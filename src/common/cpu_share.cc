@@ -1,0 +1,41 @@
+#include "common/cpu_share.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+namespace hora::common {
+
+namespace {
+int usableCores() {
+  cpu_set_t cpus;
+  return ::sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? std::max(1, CPU_COUNT(&cpus)) : 1;
+}
+}  // namespace
+
+CpuShare::CpuShare() : cores_(usableCores()) {}
+
+CpuShare& CpuShare::process() {
+  static CpuShare share;
+  return share;
+}
+
+void CpuShare::noteLocalRanks(int n) {
+  int seen = local_ranks_.load(std::memory_order_relaxed);
+  while (n > seen && !local_ranks_.compare_exchange_weak(seen, n, std::memory_order_relaxed)) {
+  }
+}
+
+CpuShare::Mode CpuShare::mode() const {
+  const int ranks = local_ranks_.load(std::memory_order_relaxed);
+  // Without an engine the thread in a collective is the frontend itself: nothing else runs.
+  const int running = engines_.load(std::memory_order_relaxed) == 0
+                          ? 0
+                          : std::max(0, compute_threads_.load(std::memory_order_relaxed) -
+                                            blocked_.load(std::memory_order_relaxed));
+  if (ranks * (running + 1) <= cores_) return Mode::kBusyPoll;
+  if (running == 0) return Mode::kYield;
+  return Mode::kBlock;
+}
+
+}  // namespace hora::common
