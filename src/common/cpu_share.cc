@@ -26,16 +26,19 @@ void CpuShare::noteLocalRanks(int n) {
   }
 }
 
+CpuShare::Mode CpuShare::decide(int cores, int local_ranks, int running) {
+  if (local_ranks * (running + 1) <= cores) return Mode::kBusyPoll;
+  if (running == 0) return Mode::kYield;
+  return Mode::kBlock;
+}
+
 CpuShare::Mode CpuShare::mode() const {
-  const int ranks = local_ranks_.load(std::memory_order_relaxed);
   // Without an engine the thread in a collective is the frontend itself: nothing else runs.
   const int running = engines_.load(std::memory_order_relaxed) == 0
                           ? 0
                           : std::max(0, compute_threads_.load(std::memory_order_relaxed) -
                                             blocked_.load(std::memory_order_relaxed));
-  if (ranks * (running + 1) <= cores_) return Mode::kBusyPoll;
-  if (running == 0) return Mode::kYield;
-  return Mode::kBlock;
+  return decide(cores_, local_ranks_.load(std::memory_order_relaxed), running);
 }
 
 }  // namespace hora::common

@@ -27,6 +27,8 @@ class CpuShare {
   static CpuShare& process();
 
   Mode mode() const;
+  // The rule of Note [who may spin], for `running` compute threads per rank.
+  static Mode decide(int cores, int local_ranks, int running);
   int cores() const { return cores_; }
 
   void setComputeThreads(int n) { compute_threads_.store(n < 1 ? 1 : n, std::memory_order_relaxed); }
