@@ -111,8 +111,9 @@ constexpr size_t kFuseBelowBytes = 1 << 20;
 // 0 when I have new requests to announce, and a byte that is 0 when I am shutting down; (3) if
 // anyone announces, allgathers the new requests and updates the replicated table (Note
 // [replicated negotiation]); (4) executes the ready responses in the same order everywhere,
-// fusing allreduces; (5) caches what the full negotiation decided. Cycles run every
-// HORA_CYCLE_TIME whether or not this rank has work, because the others may.
+// fusing allreduces; (5) caches what the full negotiation decided. A rank starts a cycle when it
+// has work worth one (Note [buckets]) and joins every cycle another rank starts (Note [idle
+// engine]).
 
 Runtime::Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& options)
     : comm_(std::move(comm)), options_(options), rank_(comm_->rank()), size_(comm_->size()),
