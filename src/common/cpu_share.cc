@@ -33,11 +33,10 @@ CpuShare::Mode CpuShare::decide(int cores, int local_ranks, int running) {
 }
 
 CpuShare::Mode CpuShare::mode() const {
-  // Without an engine the thread in a collective is the frontend itself: nothing else runs.
-  const int running = engines_.load(std::memory_order_relaxed) == 0
-                          ? 0
-                          : std::max(0, compute_threads_.load(std::memory_order_relaxed) -
-                                            blocked_.load(std::memory_order_relaxed));
+  // Without an engine the thread in a collective is the frontend itself: nothing else runs. With
+  // one, a frontend thread that waits for hora also idles the intra-op workers that run its ops.
+  const bool computing = engines_.load(std::memory_order_relaxed) > 0 && blocked_.load(std::memory_order_relaxed) == 0;
+  const int running = computing ? compute_threads_.load(std::memory_order_relaxed) : 0;
   return decide(cores_, local_ranks_.load(std::memory_order_relaxed), running);
 }
 

@@ -18,8 +18,9 @@ namespace hora::common {
 //     to the peer that is behind;
 //   - not spin at all otherwise: it sleeps at once, and the compute threads keep the cores.
 // "running" = the compute threads the frontend declared (setComputeThreads, e.g. torch's
-// intra-op threads; 1 by default) minus those blocked in a hora wait (FrontendWait). Ranks of a
-// host are assumed alike, as data-parallel ranks are.
+// intra-op threads; 1 by default), or none while a frontend thread is blocked in a hora wait
+// (FrontendWait): the intra-op workers only run inside the ops of the thread that calls them, so
+// they idle while it waits. Ranks of a host are assumed alike, as data-parallel ranks are.
 class CpuShare {
  public:
   enum class Mode { kBlock, kYield, kBusyPoll };
