@@ -291,6 +291,31 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     return _register(_Pending([handle], (tensor, source, output, target), finish))
 
 
+class _Synchronized:
+    """The result of allreduce_async_ in the form the engine's own handles have: wait()."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def wait(self):
+        synchronize(self.handle)
+
+
+def _gradient_allreduce_async_(tensor, name, op, prescale_factor, postscale_factor, process_set):
+    """allreduce_async_ for DistributedOptimizer's hooks, which run for every gradient of every
+    step: a contiguous CPU tensor goes to the engine without the public API's checks and handle
+    table, and the engine's handle comes back (its wait() reduces in place). Anything else takes
+    the public path."""
+    code = _DATA_TYPES.get(tensor.dtype)
+    if code is None or not tensor.is_contiguous() or tensor.device.type != "cpu" or process_set.process_set_id is None:
+        return _Synchronized(allreduce_async_(tensor, name=name, op=op, prescale_factor=prescale_factor,
+                                              postscale_factor=postscale_factor, process_set=process_set))
+    ptr = tensor.data_ptr()
+    return _core.enqueue(_auto_name("allreduce", name), _core.ALLREDUCE, _core.DATA_TYPES[code], list(tensor.shape),
+                         ptr, ptr, op, float(prescale_factor), float(postscale_factor), 0, [],
+                         process_set.process_set_id)
+
+
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
     op = _resolve_op(op, average)

@@ -13,8 +13,8 @@ import warnings
 import torch
 
 from hora.torch.compression import Compression
-from hora.torch.mpi_ops import (Adasum, Average, allreduce_async_, global_process_set, note_compute_threads, size,
-                                synchronize)
+from hora.torch.mpi_ops import (Adasum, Average, _gradient_allreduce_async_, global_process_set, note_compute_threads,
+                                size)
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
@@ -96,8 +96,8 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         else:
             prescale, postscale = 1.0, 1.0
         compressed, ctx = self._compression.compress(p.grad)
-        handle = allreduce_async_(compressed, name=self._parameter_names.get(p), op=self.op,
-                                  prescale_factor=prescale, postscale_factor=postscale, process_set=self.process_set)
+        handle = _gradient_allreduce_async_(compressed, self._parameter_names.get(p), self.op, prescale, postscale,
+                                            self.process_set)
         return handle, (compressed, ctx)
 
     def _make_hook(self, p):
@@ -140,10 +140,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             if handle is None:
                 self._handles[p] = self._allreduce_grad_async(p)
         for p, (handle, (compressed, ctx)) in self._handles.items():
-            output = synchronize(handle)
+            handle.wait()  # reduces `compressed` in place
             self._allreduce_delay[p] = self.backward_passes_per_step
             if ctx is not None or compressed is not p.grad:
-                p.grad.copy_(self._compression.decompress(output, ctx))
+                p.grad.copy_(self._compression.decompress(compressed, ctx))
         self._handles.clear()
         self._group_ready.clear()
         self._synchronized = True
