@@ -74,16 +74,21 @@ class PeerGroup {
 // 8 us with yields). On a loaded machine a yield can hand the core to another process for a
 // whole time slice (2 ms measured); a yield that takes that long while busy polling is allowed
 // turns yielding off for a second.
+//
+// The history counts long and short waits alike. Weighing long waits more (they burn a whole
+// spin) was tried and measured: with 4 ranks on 2 cores a rank descheduled for a time slice makes
+// its peers' waits long now and then, and a history that then stopped spinning made small
+// allreduces 2-3 x slower, since yielding is what hands the cores around there.
 class SpinHistory {
  public:
   // Whether recent waits ended soon enough for a spin of `limit` to have caught them.
   bool worthSpinning() const { return score_ > 0; }
   void record(std::chrono::nanoseconds waited, std::chrono::microseconds limit) {
-    score_ = waited <= limit ? std::min(score_ + 1, kMax) : std::max(score_ - 1, -kMax);
+    score_ = waited <= limit ? std::min(score_ + 1, kBound) : std::max(score_ - 1, -kBound);
   }
 
  private:
-  static constexpr int kMax = 3;
+  static constexpr int kBound = 3;
   int score_ = 1;  // optimistic: the first waits spin
 };
 

@@ -43,12 +43,14 @@ TEST(CpuShare, AFrontendWaitCountsWhileItLasts) {
 TEST(SpinHistory, StopsSpinningAfterLongWaitsAndResumesAfterShortOnes) {
   transport::SpinHistory history;
   EXPECT_TRUE(history.worthSpinning());
+  for (int i = 0; i < 20; ++i) history.record(10us, 1000us);
+  EXPECT_TRUE(history.worthSpinning()) << "short waits";
   for (int i = 0; i < 5; ++i) history.record(5ms, 1000us);
   EXPECT_FALSE(history.worthSpinning()) << "waits longer than the spin";
   history.record(10us, 1000us);
-  EXPECT_FALSE(history.worthSpinning()) << "one short wait among long ones";
+  EXPECT_FALSE(history.worthSpinning()) << "one short wait after long ones";
   for (int i = 0; i < 5; ++i) history.record(10us, 1000us);
-  EXPECT_TRUE(history.worthSpinning());
+  EXPECT_TRUE(history.worthSpinning()) << "short waits again";
 }
 
 TEST(Spinner, BlocksAtOnceWhenComputeThreadsNeedTheCores) {
