@@ -31,6 +31,16 @@ namespace {
 // One step handles 16 elements (32 bytes), widened into two vectors of 8 float32.
 constexpr size_t kStep = 16;
 
+// How far ahead of the reduction the inputs are prefetched. The hardware prefetchers alone kept
+// a 64 MiB bfloat16 Sum about a quarter below the speed it reaches with this (float16 gains
+// less); 2 KiB ahead is too close, 8 KiB no better. Prefetching past the end of a buffer is
+// harmless: a prefetch never faults.
+constexpr size_t kPrefetchBytes = 4096;
+
+void prefetch(const uint16_t* p) {
+  _mm_prefetch(reinterpret_cast<const char*>(p) + kPrefetchBytes, _MM_HINT_T0);
+}
+
 struct Wide {
   __m256 lo, hi;
 };
@@ -157,6 +167,13 @@ void binaryStep(uint16_t* out, const uint16_t* a, const uint16_t* b, Op op) {
 template <typename Lanes, typename Op>
 void binaryLoop(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n, Op op) {
   size_t i = 0;
+  // Two steps per prefetch: one 64-byte line of each input.
+  for (; i + 2 * kStep <= n; i += 2 * kStep) {
+    prefetch(a + i);
+    prefetch(b + i);
+    binaryStep<Lanes>(out + i, a + i, b + i, op);
+    binaryStep<Lanes>(out + i + kStep, a + i + kStep, b + i + kStep, op);
+  }
   for (; i + kStep <= n; i += kStep) binaryStep<Lanes>(out + i, a + i, b + i, op);
   if (i == n) return;
   // The last n % 16 elements go through the same instructions by way of zero-padded copies:

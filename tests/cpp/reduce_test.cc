@@ -321,12 +321,13 @@ TEST(Reduce16, X86_64V3KernelsRunWhereTheCpuHasThem) {
 #endif
 }
 
-// Lengths around the 16-element vector step: none, tails alone, one step, steps and a tail.
+// Lengths around the 16-element step and the 32-element prefetching loop: none, tails alone,
+// one step, pairs of steps, and every mix of the three.
 TEST(Reduce16, EveryOpAndLengthMatchesTheReference) {
   for (const Kernel& k : kernels())
     for (const Format* f : kFormats)
       for (ReduceOp op : kAllOps)
-        for (size_t n : {0, 1, 7, 8, 15, 16, 17, 1000, 4099}) {
+        for (size_t n : {0, 1, 7, 8, 15, 16, 17, 31, 32, 33, 48, 49, 1000, 4099}) {
           expectReduceMatches(k, *f, op, mixedInputs(*f, n, 1), mixedInputs(*f, n, 2));
           if (::testing::Test::HasFatalFailure()) return;
         }
