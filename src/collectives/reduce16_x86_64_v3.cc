@@ -49,9 +49,9 @@ struct Wide {
 enum class NaNs {
   kAny,
   // Only a widened input made quiet, or the default NaN: what addition and multiplication of
-  // widened 16-bit floats produce (x86 arithmetic returns its first NaN operand, quieted, or
-  // the default NaN 0xFFC00000). Min and Max are not of this kind: they return an operand as it
-  // is, so a signaling NaN stays signaling.
+  // widened 16-bit floats produce, and scaling by a factor that is not NaN (x86 arithmetic
+  // returns its first NaN operand, quieted, or the default NaN 0xFFC00000). Min and Max are not
+  // of this kind: they return an operand as it is, so a signaling NaN stays signaling.
   kQuietInputs,
 };
 
@@ -186,25 +186,36 @@ void binaryLoop(uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n, O
   std::memcpy(out + i, to, bytes);
 }
 
-template <typename Lanes>
+template <typename Lanes, NaNs kNaNs>
 void scaleStep(uint16_t* out, const uint16_t* in, __m256 factor) {
   const Wide x = Lanes::load(in);
-  // The factor is a float32 of any bits, a NaN among them.
-  const Wide scaled = {multiplyInOrder(x.lo, factor), multiplyInOrder(x.hi, factor)};
-  Lanes::template store<NaNs::kAny>(out, scaled);
+  Lanes::template store<kNaNs>(out, {multiplyInOrder(x.lo, factor), multiplyInOrder(x.hi, factor)});
 }
 
-template <typename Lanes>
-void scaleLoop(uint16_t* out, const uint16_t* in, size_t n, float factor) {
-  const __m256 f = _mm256_set1_ps(factor);
+template <typename Lanes, NaNs kNaNs>
+void scaleLoop(uint16_t* out, const uint16_t* in, size_t n, __m256 factor) {
   size_t i = 0;
-  for (; i + kStep <= n; i += kStep) scaleStep<Lanes>(out + i, in + i, f);
+  for (; i + 2 * kStep <= n; i += 2 * kStep) {  // as in binaryLoop
+    prefetch(in + i);
+    scaleStep<Lanes, kNaNs>(out + i, in + i, factor);
+    scaleStep<Lanes, kNaNs>(out + i + kStep, in + i + kStep, factor);
+  }
+  for (; i + kStep <= n; i += kStep) scaleStep<Lanes, kNaNs>(out + i, in + i, factor);
   if (i == n) return;
-  uint16_t t[kStep] = {}, to[kStep];  // the tail, as in binaryLoop
+  uint16_t t[kStep] = {}, to[kStep];
   const size_t bytes = (n - i) * sizeof(uint16_t);
   std::memcpy(t, in + i, bytes);
-  scaleStep<Lanes>(to, t, f);
+  scaleStep<Lanes, kNaNs>(to, t, factor);
   std::memcpy(out + i, to, bytes);
+}
+
+// x * factor is NaN only for a NaN x (made quiet), 0 * inf (the default NaN), or a NaN factor,
+// whose payload can be anything: only that last case needs the NaN handling.
+template <typename Lanes>
+void scaleLanes(uint16_t* out, const uint16_t* in, size_t n, float factor) {
+  const __m256 f = _mm256_set1_ps(factor);
+  if (factor != factor) scaleLoop<Lanes, NaNs::kAny>(out, in, n, f);
+  else scaleLoop<Lanes, NaNs::kQuietInputs>(out, in, n, f);
 }
 
 template <typename Lanes>
@@ -227,8 +238,8 @@ void reduce16X86_64V3(DataType type, ReduceOp op, uint16_t* out, const uint16_t*
 }
 
 void scale16X86_64V3(DataType type, uint16_t* out, const uint16_t* in, size_t n, float factor) {
-  if (type == DataType::kFloat16) scaleLoop<HalfLanes>(out, in, n, factor);
-  else scaleLoop<BFloat16Lanes>(out, in, n, factor);
+  if (type == DataType::kFloat16) scaleLanes<HalfLanes>(out, in, n, factor);
+  else scaleLanes<BFloat16Lanes>(out, in, n, factor);
 }
 
 }  // namespace hora::collectives::detail

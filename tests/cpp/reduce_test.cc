@@ -376,7 +376,7 @@ TEST(Reduce16, ScaleMatchesTheReference) {
     for (const Format* f : kFormats)
       for (float factor : factors) {
         expectScaleMatches(k, *f, factor, everyValue());
-        for (size_t n : {1, 7, 15, 17, 4099}) expectScaleMatches(k, *f, factor, mixedInputs(*f, n, 3));
+        for (size_t n : {1, 7, 15, 17, 33, 48, 49, 4099}) expectScaleMatches(k, *f, factor, mixedInputs(*f, n, 3));
         if (::testing::Test::HasFatalFailure()) return;
       }
 }
