@@ -1,24 +1,26 @@
 #include "collectives/reduce.h"
 
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
 
 #include "collectives/half.h"
+#include "collectives/reduce16.h"
 #include "hora/errors.h"
 
 namespace hora::collectives {
 namespace {
 
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#if HORA_X86_64_V3_KERNELS
 #define HORA_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define HORA_KERNEL
 #endif
 
-// Every helper below is inlined into the two kernel entry points, so that each target clone
-// compiles the loops for its own instruction set.
+// Every helper below is inlined into its caller: the two kernel entry points, so that each
+// target clone compiles the loops for its own instruction set, or the portable 16-bit kernels.
 #define HORA_INLINE [[gnu::always_inline]] inline
 
 // Wrapping arithmetic for integers: compute in the unsigned type of the same width.
@@ -57,7 +59,18 @@ HORA_INLINE void reduceTyped(ReduceOp op, T* out, const T* a, const T* b, size_t
   }
 }
 
-// 16-bit floats: widen, combine in float32, narrow. `Codec` is Half or BFloat16 (half.h).
+// `r`, the result of x + y or x * y, except that where x is NaN it is x's NaN (made quiet). When
+// both operands are NaN, x86 returns the first, but the compiler may swap the operands of + and
+// *; this fixes which NaN's sign (and, in bfloat16, payload) the result carries, as the
+// x86-64-v3 kernels do. A bit select rather than a ternary, which GCC left as a branch that
+// kept the whole loop scalar (a quarter of the speed).
+HORA_INLINE float firstNaN(float x, float r) {
+  return std::bit_cast<float>(
+      selectBits(x != x, std::bit_cast<uint32_t>(x + x), std::bit_cast<uint32_t>(r)));
+}
+
+// 16-bit floats: widen, combine in float32, narrow. `Codec` is Half or BFloat16 (half.h). The
+// portable kernels of reduce16.h; CPUs with x86-64-v3 run reduce16_x86_64_v3.cc's instead.
 template <typename Codec>
 HORA_INLINE void reduce16(ReduceOp op, uint16_t* out, const uint16_t* a, const uint16_t* b, size_t n) {
   auto run = [&](auto f) {
@@ -66,13 +79,14 @@ HORA_INLINE void reduce16(ReduceOp op, uint16_t* out, const uint16_t* a, const u
   };
   switch (op) {
     case ReduceOp::kSum:
-    case ReduceOp::kAverage: run([](float x, float y) { return x + y; }); return;
-    case ReduceOp::kProduct: run([](float x, float y) { return x * y; }); return;
+    case ReduceOp::kAverage: run([](float x, float y) { return firstNaN(x, x + y); }); return;
+    case ReduceOp::kProduct: run([](float x, float y) { return firstNaN(x, x * y); }); return;
     case ReduceOp::kMin: run([](float x, float y) { return y < x ? y : x; }); return;
     case ReduceOp::kMax: run([](float x, float y) { return x < y ? y : x; }); return;
   }
 }
 
+// Every type but the 16-bit floats, which reduce() sends to reduce16.h's kernels.
 HORA_KERNEL void reduceKernel(DataType type, ReduceOp op, void* out, const void* a, const void* b,
                               size_t n) {
   switch (type) {
@@ -82,9 +96,10 @@ HORA_KERNEL void reduceKernel(DataType type, ReduceOp op, void* out, const void*
     case DataType::kInt64: reduceTyped(op, static_cast<int64_t*>(out), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n); return;
     case DataType::kFloat32: reduceTyped(op, static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), n); return;
     case DataType::kFloat64: reduceTyped(op, static_cast<double*>(out), static_cast<const double*>(a), static_cast<const double*>(b), n); return;
-    case DataType::kFloat16: reduce16<Half>(op, static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n); return;
-    case DataType::kBFloat16: reduce16<BFloat16>(op, static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a), static_cast<const uint16_t*>(b), n); return;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: break;
   }
+  throw InternalError("unreachable: 16-bit float in reduceKernel");
 }
 
 template <typename T>
@@ -98,11 +113,14 @@ HORA_INLINE void scaleTyped(T* out, const T* in, size_t n, double f) {
 }
 
 template <typename Codec>
-HORA_INLINE void scale16(uint16_t* out, const uint16_t* in, size_t n, double f) {
-  const float ff = static_cast<float>(f);
-  for (size_t i = 0; i < n; ++i) out[i] = Codec::fromFloat(Codec::toFloat(in[i]) * ff);
+HORA_INLINE void scale16(uint16_t* out, const uint16_t* in, size_t n, float f) {
+  for (size_t i = 0; i < n; ++i) {
+    const float x = Codec::toFloat(in[i]);
+    out[i] = Codec::fromFloat(firstNaN(x, x * f));
+  }
 }
 
+// Every type but the 16-bit floats, as reduceKernel.
 HORA_KERNEL void scaleKernel(DataType type, void* out, const void* in, size_t n, double f) {
   switch (type) {
     case DataType::kUInt8: scaleTyped(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in), n, f); return;
@@ -111,9 +129,10 @@ HORA_KERNEL void scaleKernel(DataType type, void* out, const void* in, size_t n,
     case DataType::kInt64: scaleTyped(static_cast<int64_t*>(out), static_cast<const int64_t*>(in), n, f); return;
     case DataType::kFloat32: scaleTyped(static_cast<float*>(out), static_cast<const float*>(in), n, f); return;
     case DataType::kFloat64: scaleTyped(static_cast<double*>(out), static_cast<const double*>(in), n, f); return;
-    case DataType::kFloat16: scale16<Half>(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(in), n, f); return;
-    case DataType::kBFloat16: scale16<BFloat16>(static_cast<uint16_t*>(out), static_cast<const uint16_t*>(in), n, f); return;
+    case DataType::kFloat16:
+    case DataType::kBFloat16: break;
   }
+  throw InternalError("unreachable: 16-bit float in scaleKernel");
 }
 
 template <typename T>
@@ -122,16 +141,78 @@ HORA_INLINE void divideTyped(T* out, const T* in, size_t n, int d) {
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] / td);
 }
 
+bool is16BitFloat(DataType type) { return type == DataType::kFloat16 || type == DataType::kBFloat16; }
+
+}  // namespace
+
+namespace detail {
+
+void reduce16Portable(DataType type, ReduceOp op, uint16_t* out, const uint16_t* a,
+                      const uint16_t* b, size_t n) {
+  if (type == DataType::kFloat16) reduce16<Half>(op, out, a, b, n);
+  else reduce16<BFloat16>(op, out, a, b, n);
+}
+
+void scale16Portable(DataType type, uint16_t* out, const uint16_t* in, size_t n, float factor) {
+  if (type == DataType::kFloat16) scale16<Half>(out, in, n, factor);
+  else scale16<BFloat16>(out, in, n, factor);
+}
+
+bool haveX86_64V3Kernels() {
+#if HORA_X86_64_V3_KERNELS
+  // Asked once. __builtin_cpu_init first, as this may run before libgcc's own constructor has
+  // filled in the CPU model (from another static initializer).
+  static const bool have = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("x86-64-v3") != 0;
+  }();
+  return have;
+#else
+  return false;
+#endif
+}
+
+}  // namespace detail
+
+namespace {
+
+// The 16-bit float kernels this CPU runs, chosen on first use.
+struct Kernels16 {
+  decltype(&detail::reduce16Portable) reduce;
+  decltype(&detail::scale16Portable) scale;
+};
+
+const Kernels16& kernels16() {
+  static const Kernels16 kernels = [] {
+#if HORA_X86_64_V3_KERNELS
+    if (detail::haveX86_64V3Kernels()) return Kernels16{detail::reduce16X86_64V3, detail::scale16X86_64V3};
+#endif
+    return Kernels16{detail::reduce16Portable, detail::scale16Portable};
+  }();
+  return kernels;
+}
+
 }  // namespace
 
 void reduce(DataType type, ReduceOp op, void* out, const void* a, const void* b, size_t count) {
   if (count == 0) return;
-  reduceKernel(type, op, out, a, b, count);
+  if (!is16BitFloat(type)) {
+    reduceKernel(type, op, out, a, b, count);
+    return;
+  }
+  kernels16().reduce(type, op, static_cast<uint16_t*>(out), static_cast<const uint16_t*>(a),
+                     static_cast<const uint16_t*>(b), count);
 }
 
 void scale(DataType type, void* out, const void* in, size_t count, double factor) {
   if (count == 0) return;
-  scaleKernel(type, out, in, count, factor);
+  if (!is16BitFloat(type)) {
+    scaleKernel(type, out, in, count, factor);
+    return;
+  }
+  // 16-bit floats are scaled in float32, by the factor rounded to float32.
+  kernels16().scale(type, static_cast<uint16_t*>(out), static_cast<const uint16_t*>(in), count,
+                    static_cast<float>(factor));
 }
 
 bool needsFinalize(ReduceOp op, double postscale, int nranks) {
@@ -160,7 +241,7 @@ void finalize(DataType type, ReduceOp op, void* out, const void* in, size_t coun
       in = out;
     }
   }
-  scaleKernel(type, out, in, count, factor);
+  scale(type, out, in, count, factor);
 }
 
 }  // namespace hora::collectives

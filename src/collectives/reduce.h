@@ -4,7 +4,8 @@
 // (round to nearest even), so a chain of reductions rounds once per step as NCCL does. Integer
 // Sum and Product wrap around (two's complement) instead of overflowing. The loops are written
 // to vectorize; on x86-64 they are compiled twice (baseline and x86-64-v3 with AVX2/F16C) and
-// the CPU picks at load time.
+// the CPU picks at load time. float16 and bfloat16 have kernels of their own per instruction
+// set, with the same results bit for bit (reduce16.h).
 #pragma once
 
 #include <cstddef>
