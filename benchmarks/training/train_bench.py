@@ -53,10 +53,14 @@ def worker(args):
     batch = GLOBAL_BATCH[args.model] // size
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
     if kind == "hora":
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+        compression = hvd.Compression.fp16 if args.fp16 else hvd.Compression.none
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression)
         hvd.broadcast_parameters(model.state_dict(), 0)
     elif kind.startswith("ddp"):
         model = torch.nn.parallel.DistributedDataParallel(model)
+        if args.fp16:  # DDP's counterpart of Compression.fp16
+            from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import fp16_compress_hook
+            model.register_comm_hook(None, fp16_compress_hook)
 
     def barrier():
         if kind == "hora":
@@ -170,6 +174,7 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--target", type=float, default=0.0)
     ap.add_argument("--eval-every", type=int, default=50)
+    ap.add_argument("--fp16", action="store_true", help="worker: fp16 gradient compression")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--time-to-accuracy", action="store_true")
     args = ap.parse_args()
