@@ -249,8 +249,15 @@ class CommunicatorImpl {
  private:
   std::vector<std::string> readHostnames(const common::Deadline& deadline) {
     std::vector<std::string> hostnames(static_cast<size_t>(size()));
-    for (int r = 0; r < size(); ++r)
-      hostnames[static_cast<size_t>(r)] = store_->get(rendezvous_.prefix + "host/" + std::to_string(r), deadline);
+    for (int r = 0; r < size(); ++r) {
+      try {
+        hostnames[static_cast<size_t>(r)] = store_->get(rendezvous_.prefix + "host/" + std::to_string(r), deadline);
+      } catch (const TimeoutError& e) {
+        // Name the rank that never came, not only its key (a split set up after a link broke).
+        throw TimeoutError("rank " + std::to_string(label(rank())) + ": timed out waiting for rank " +
+                           std::to_string(label(r)) + " to join: " + e.what());
+      }
+    }
     return hostnames;
   }
 
