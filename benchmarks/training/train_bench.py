@@ -225,45 +225,54 @@ def worker(args):
 
 # --- driver ------------------------------------------------------------------------------------
 
+def stop(procs):
+    """SIGTERM to the process group of every process still running (horarun passes it on to its
+    ranks, local and remote), SIGKILL to those still there 10 s later."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if p.poll() is None]
+        for p in alive:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        end = time.time() + 10
+        while time.time() < end and any(p.poll() is None for p in alive):
+            time.sleep(0.1)
+
+
 def run_job(commands, ranks, timeout, grace=15):
-    """Runs (argv, env) pairs to the end and returns the RESULT dicts they printed, in rank
-    order. The guard against hangs: torch 1.13 + gloo sometimes hangs at exit, after its
-    results are out; processes still running `grace` s after every rank's RESULT arrived, or
-    at `timeout`, get SIGTERM (horarun passes it on to its ranks), then SIGKILL."""
+    """Runs (argv, env) pairs, each in its own process group, to the end and returns the RESULT
+    dicts they printed, in rank order. The guard against hangs: torch 1.13 + gloo sometimes
+    hangs at exit, after its results are out; processes still running `grace` s after every
+    rank's RESULT arrived, or at `timeout`, are stopped. On any exception (Ctrl-C, SIGTERM
+    turned into SystemExit) they are stopped too: no rank outlives the benchmark."""
     with tempfile.TemporaryDirectory() as tmp:
-        procs = []
-        for i, (argv, env) in enumerate(commands):
-            out = open(os.path.join(tmp, f"{i}.out"), "w+")
-            procs.append((subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                           start_new_session=True), out))
-
-        def text():
-            return "".join(open(out.name).read() for _, out in procs)
-
-        deadline, complete_at, killed = time.time() + timeout, None, False
-        while any(p.poll() is None for p, _ in procs):
-            if complete_at is None and text().count("RESULT ") >= ranks:
-                complete_at = time.time()
-            if time.time() > deadline or (complete_at and time.time() - complete_at > grace):
-                killed = True
-                for sig in (signal.SIGTERM, signal.SIGKILL):
-                    for p, _ in procs:
-                        if p.poll() is None:
-                            os.killpg(p.pid, sig)
-                    end = time.time() + 10
-                    while time.time() < end and any(p.poll() is None for p, _ in procs):
-                        time.sleep(0.1)
-                break
-            time.sleep(0.2)
-        for p, out in procs:
-            p.wait()
-            out.close()
+        procs, outs = [], []
+        try:
+            for i, (argv, env) in enumerate(commands):
+                outs.append(open(os.path.join(tmp, f"{i}.out"), "w+"))
+                procs.append(subprocess.Popen(argv, env=env, stdout=outs[-1], stderr=subprocess.STDOUT,
+                                              start_new_session=True))
+            text = lambda: "".join(open(out.name).read() for out in outs)
+            deadline, complete_at = time.time() + timeout, None
+            while any(p.poll() is None for p in procs):
+                if complete_at is None and text().count("RESULT ") >= ranks:
+                    complete_at = time.time()
+                if complete_at and time.time() - complete_at > grace:
+                    print(f"  (still running {grace} s after their results: stopped)", file=sys.stderr)
+                    break
+                if time.time() > deadline:
+                    print(f"  (timeout after {timeout} s: stopped)", file=sys.stderr)
+                    break
+                time.sleep(0.2)
+        finally:
+            stop(procs)
+            for out in outs:
+                out.close()
         output = text()
     results = [json.loads(line.split("RESULT ", 1)[1]) for line in output.splitlines() if "RESULT " in line]
     if len(results) < ranks:
         raise RuntimeError(f"{len(results)} of {ranks} ranks reported a result:\n{output[-4000:]}")
-    if killed:
-        print(f"  (processes still running {grace} s after their results were killed)", file=sys.stderr)
     return sorted(results, key=lambda r: r["rank"])
 
 
@@ -431,6 +440,7 @@ def main():
     if args.worker:
         return worker(args)
 
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # SystemExit: run_job stops the ranks
     record = {"args": vars(args), "throughput": [], "time_to_accuracy": []}
     if args.models:
         throughput(args, record)
