@@ -118,7 +118,9 @@ def worker(args):
         opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression)
         hvd.broadcast_parameters(model.state_dict(), 0)
     elif kind.startswith("ddp"):
-        model = torch.nn.parallel.DistributedDataParallel(model)  # broadcasts rank 0's parameters and buffers
+        # Broadcasts rank 0's parameters and buffers now, and its buffers again before every
+        # forward (broadcast_buffers: WRN's BatchNorm statistics; hora leaves them per rank).
+        model = torch.nn.parallel.DistributedDataParallel(model)
         if args.fp16:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             model.register_comm_hook(None, default_hooks.fp16_compress_hook)
@@ -150,9 +152,9 @@ def worker(args):
         result["lr"] = opt.param_groups[0]["lr"]
 
         def evaluate():
-            # In slices of 64 images: the whole shard at once (2,500 images; ~1.5 GB of
-            # activations) page-faults so much that evaluation took most of the run's time, 2 x
-            # longer than in slices of 64 even in slices of 500 (measured here, 1 thread).
+            # In slices of 64 images: one forward over the whole shard (2,500 images, ~1.3 GB of
+            # activations) spent its time in page faults, and evaluation took most of the run
+            # (measured here, 1 thread: slices of 500 already take twice as long as slices of 64).
             model.eval()
             correct = 0.0
             with torch.no_grad():
