@@ -1,23 +1,70 @@
 #!/usr/bin/env bash
-# Training across 2 hosts x 1 rank whose link is capped by tbf (where bandwidth is scarce: the
-# case for overlap and fp16 compression): hora vs PyTorch DDP (gloo), each without and with fp16
-# gradient compression (hora: Compression.fp16; DDP: its fp16_compress_hook), WRN-16-10 (global
-# batch 32) and the CNN (global batch 128), every configuration interleaved, for each link rate.
-# Hosts are network namespaces on a bridge (tests/integration/netns_hosts.sh); hora starts
-# through horarun over ssh, DDP's ranks directly in their namespaces. Prints a markdown table of
-# images/s (median, then every run).
-# usage: benchmarks/multihost/train_tbf.sh [REPEAT] [RATES...]      (as root, after scripts/setup.sh)
+# Training across 2 hosts x 1 rank whose links are capped by tbf: hora vs PyTorch DDP (gloo),
+# each without and with fp16 gradient compression, WRN-16-10 (global batch 32) and the CNN of
+# examples/pytorch/fashion_mnist.py (global batch 128); every configuration interleaved, for each
+# link rate. Hosts are network namespaces on a bridge with their own sshd and hostname
+# (tests/integration/netns_hosts.sh); the cap is set on both ends of each host's link (egress
+# inside the host, and on the bridge's side), as in allreduce_tbf.sh. The runs themselves are
+# train_tbf.py's. Prints a markdown table: images/s, median and every run, hora / DDP.
+#
+# usage: benchmarks/multihost/train_tbf.sh [--repeat N] [--rate R]... [--models "wrn cnn"]
+#            [--steps N] [--warmup N] [--json FILE] [--python PY]                     (as root)
+#   --rate: tc rate, repeatable (default: 10gbit and 1gbit); --steps/--warmup: timed and
+#   warm-up steps of every model (default: CNN 60 after 10, WRN 6 after 2); --python: the
+#   python with hora installed and horarun beside it (default: .venv/bin/python, from
+#   scripts/setup.sh). Namespaces, bridge, sshd and the ranks are removed on exit, Ctrl-C or
+#   failure.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-repeat=${1:-3}; shift $(( $# >= 1 ? 1 : 0 ))
-rates=("$@"); ((${#rates[@]})) || rates=(1gbit 10gbit)
-python=$root/.venv/bin/python
-bench=$root/benchmarks/training/train_bench.py
+invocation=$(printf ' %q' "$@")
+repeat=3 rates=() json="" python=${PYTHON:-$root/.venv/bin/python} extra=()
+while (($#)); do
+  case $1 in
+    --repeat) repeat=$2; shift 2 ;;
+    --rate) rates+=("$2"); shift 2 ;;
+    --models) read -ra models <<<"$2"; extra+=(--models "${models[@]}"); shift 2 ;;
+    --steps | --warmup) extra+=("$1" "$2"); shift 2 ;;
+    --json) json=$(realpath "$2"); shift 2 ;;
+    --python) python=$2; shift 2 ;;
+    -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
+    *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+((${#rates[@]})) || rates=(10gbit 1gbit)
+if ! [ -x "$(dirname "$python")/horarun" ] || ! "$python" -c "import hora.torch, torch.distributed"; then
+  echo "$python: needs hora.torch and torch, and horarun beside it (scripts/setup.sh, or --python)" >&2
+  exit 2
+fi
+
 . "$root/tests/integration/netns_hosts.sh"
-hosts_available
-hosts_up 2
+hosts_available || exit 77
+
+# Python runs in the background so that a signal reaches this shell at once: the trap passes it
+# on as SIGTERM, train_tbf.py stops its ranks (local, and remote through horarun), then the
+# EXIT trap removes the hosts. (A background job of a script ignores SIGINT: Ctrl-C reaches the
+# script, not python.)
+pypid=
+py() { "$python" "$@" & pypid=$!; wait "$pypid"; pypid=; }
+on_signal() {
+  [ -z "$pypid" ] || { kill -TERM "$pypid" 2>/dev/null; wait "$pypid" || true; }
+  exit "$1"
+}
+trap 'on_signal 130' INT
+trap 'on_signal 143' TERM
+
+hosts_up 2  # sets an EXIT trap of its own (hosts_down), replaced below
+cleanup() {
+  local i pids
+  for i in 1 2; do  # whatever still runs inside the hosts (a stray rank, sshd) goes with them
+    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null || true)
+    # shellcheck disable=SC2086  # one pid per word
+    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+  done
+  hosts_down
+}
+trap cleanup EXIT
 work=$HOSTS_DIR/train; mkdir -p "$work"
-h1=${HOST_IP[1]} h2=${HOST_IP[2]}
+
 cap() {  # cap RATE: both directions of both hosts' links
   local i
   for i in 1 2; do
@@ -25,51 +72,13 @@ cap() {  # cap RATE: both directions of both hosts' links
     tc qdisc replace dev "hv${HOSTS_ID}h$i" root tbf rate "$1" burst 1mbit latency 50ms
   done
 }
-steps_of() { [ "$1" = cnn ] && echo "--steps 30 --warmup 5" || echo "--steps 4 --warmup 2"; }
-hora() {  # hora MODEL FP16FLAG -> the RESULT line
-  # shellcheck disable=SC2046
-  on_host 1 "$root/.venv/bin/horarun" -i "$SSH_KEY" -np 2 -H "$h1:1,$h2:1" -x HORA_LOG_LEVEL=error \
-    "$python" "$bench" --worker hora --model "$1" $(steps_of "$1") $2 | grep -m1 'RESULT '
-}
-ddp() {  # ddp MODEL FP16FLAG
-  local port=$((20000 + RANDOM % 20000)) r out=$work/ddp.out
-  : >"$out"
-  for r in 0 1; do
-    # shellcheck disable=SC2046
-    MASTER_ADDR=$h1 MASTER_PORT=$port RANK=$r WORLD_SIZE=2 GLOO_SOCKET_IFNAME=eth0 \
-      timeout 900 ip netns exec "${HOST_NS[$((r + 1))]}" "$python" "$bench" --worker ddp --model "$1" \
-      $(steps_of "$1") $2 >>"$out" 2>&1 &
-  done
-  wait
-  grep -m1 'RESULT ' "$out"
-}
-images() { sed 's/.*RESULT //' | python3 -c 'import json,sys; print(round(json.load(sys.stdin)["images_per_sec"], 2))'; }
-echo "| link | model | hora | DDP (gloo) | hora / DDP | hora fp16 | DDP fp16 hook | hora fp16 / DDP fp16 | runs (hora; DDP; hora fp16; DDP fp16) |"
-echo "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"
 for rate in "${rates[@]}"; do
   cap "$rate"
-  for model in wrn cnn; do
-    : >"$work/$rate-$model"
-    for _ in $(seq 1 "$repeat"); do  # interleaved: the machine's drift hits every configuration alike
-      echo "hora $(hora "$model" "" | images)" >>"$work/$rate-$model"
-      echo "ddp $(ddp "$model" "" | images)" >>"$work/$rate-$model"
-      echo "hora16 $(hora "$model" --fp16 | images)" >>"$work/$rate-$model"
-      echo "ddp16 $(ddp "$model" --fp16 | images)" >>"$work/$rate-$model"
-    done
-    python3 - "$work/$rate-$model" "$rate" "$model" <<'PY'
-import collections, statistics, sys
-runs = collections.defaultdict(list)
-for line in open(sys.argv[1]):
-    kind, value = line.split()
-    runs[kind].append(float(value))
-med = {k: statistics.median(v) for k, v in runs.items()}
-label = {"wrn": "WRN-16-10 (batch 32)", "cnn": "CNN (batch 128)"}[sys.argv[3]]
-every = "; ".join(", ".join(f"{x:g}" for x in runs[k]) for k in ("hora", "ddp", "hora16", "ddp16"))
-print(f"| {sys.argv[2]} | {label} | {med['hora']:.2f} | {med['ddp']:.2f} | {med['hora'] / med['ddp']:.2f} | "
-      f"{med['hora16']:.2f} | {med['ddp16']:.2f} | {med['hora16'] / med['ddp16']:.2f} | {every} |", flush=True)
-PY
-  done
+  py "$root/benchmarks/multihost/train_tbf.py" run --ns "${HOST_NS[1]}" "${HOST_NS[2]}" \
+    --ips "${HOST_IP[1]}" "${HOST_IP[2]}" --ssh-key "$SSH_KEY" --rate "$rate" --repeat "$repeat" \
+    --out "$work/$rate.json" "${extra[@]}"
 done
+files=(); for rate in "${rates[@]}"; do files+=("$work/$rate.json"); done
+py "$root/benchmarks/multihost/train_tbf.py" table "${files[@]}" ${json:+--json "$json"}
 echo
-echo "2 hosts x 1 rank x 1 thread, images/s over the timed steps, median of $repeat interleaved runs."
-echo "Produced by \`benchmarks/multihost/train_tbf.sh $repeat ${rates[*]}\`."
+echo "Produced by \`benchmarks/multihost/train_tbf.sh$invocation\`."
