@@ -141,10 +141,11 @@ int execMpirun(const Flags& f, const std::vector<hora::launcher::HostSlots>& hos
 
 void printBuild() {
   std::cout << "hora " << kVersion << "\n"
-            << "  transports:   [x] tcp  [ ] shared memory (not in this release)\n"
+            << "  transports:   [x] tcp  [x] shared memory (between ranks on one host)\n"
             << "  MPI:          [ ] not linked; ranks started by mpirun or srun find each other through the\n"
             << "                    rendezvous store (see README, \"Without horarun\")\n"
-            << "  frontends:    [x] C++ (hora::hora)  [x] C ABI (hora/c_api.h)\n"
+            << "  frontends:    [x] C++ (hora::hora)  [x] C ABI (hora/c_api.h); PyTorch (hora.torch) and\n"
+            << "                    libtorch (hora::torch) where this build found torch\n"
             << "  launcher:     [x] local  [x] ssh\n";
 }
 
