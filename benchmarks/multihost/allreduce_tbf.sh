@@ -16,13 +16,6 @@ hosts_up 2
 work=$HOSTS_DIR/bench; mkdir -p "$work"
 h1=${HOST_IP[1]} h2=${HOST_IP[2]}
 size=64M
-cap() {  # cap RATE: both directions of both hosts' links
-  local i
-  for i in 1 2; do
-    on_host "$i" tc qdisc replace dev eth0 root tbf rate "$1" burst 1mbit latency 50ms
-    tc qdisc replace dev "hv${HOSTS_ID}h$i" root tbf rate "$1" burst 1mbit latency 50ms
-  done
-}
 hora() {  # hora HIERARCHICAL TRANSPORT JSON
   on_host 1 "$build/launcher/horarun" -i "$SSH_KEY" -np 4 -H "$h1:2,$h2:2" -x HORA_HIERARCHICAL_ALLREDUCE="$1" \
     -x HORA_TRANSPORT="$2" "$build/benchmarks/hora-bench" allreduce -b "$size" -e "$size" -n 5 -w 1 -c 0 \
@@ -37,7 +30,7 @@ openmpi() {  # openmpi JSON
 echo "| link | hora hierarchical (s) | hora flat ring (s) | hora flat ring, TCP only (s) | OpenMPI (s) | wire bound (s) | hierarchical / bound | flat / hierarchical |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for rate in "${rates[@]}"; do
-  cap "$rate"
+  cap_links "$rate"
   for r in $(seq 1 "$repeat"); do
     hora 1 auto "$work/$rate-hier-$r.json"
     hora 0 auto "$work/$rate-flat-$r.json"

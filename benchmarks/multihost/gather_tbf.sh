@@ -13,10 +13,7 @@ hosts_available
 hosts_up 2
 work=$HOSTS_DIR/bench; mkdir -p "$work"
 h1=${HOST_IP[1]} h2=${HOST_IP[2]}
-for i in 1 2; do
-  on_host "$i" tc qdisc replace dev eth0 root tbf rate "$rate" burst 1mbit latency 50ms
-  tc qdisc replace dev "hv${HOSTS_ID}h$i" root tbf rate "$rate" burst 1mbit latency 50ms
-done
+cap_links "$rate"
 declare -A variants=(
   [hier]="-x HORA_HIERARCHICAL_ALLGATHER=1 -x HORA_HIERARCHICAL_BROADCAST=1"
   [flat]="-x HORA_HIERARCHICAL_ALLGATHER=0 -x HORA_HIERARCHICAL_BROADCAST=0"

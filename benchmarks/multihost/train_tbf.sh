@@ -65,15 +65,8 @@ cleanup() {
 trap cleanup EXIT
 work=$HOSTS_DIR/train; mkdir -p "$work"
 
-cap() {  # cap RATE: both directions of both hosts' links
-  local i
-  for i in 1 2; do
-    on_host "$i" tc qdisc replace dev eth0 root tbf rate "$1" burst 1mbit latency 50ms
-    tc qdisc replace dev "hv${HOSTS_ID}h$i" root tbf rate "$1" burst 1mbit latency 50ms
-  done
-}
 for rate in "${rates[@]}"; do
-  cap "$rate"
+  cap_links "$rate"
   py "$root/benchmarks/multihost/train_tbf.py" run --ns "${HOST_NS[1]}" "${HOST_NS[2]}" \
     --ips "${HOST_IP[1]}" "${HOST_IP[2]}" --ssh-key "$SSH_KEY" --rate "$rate" --repeat "$repeat" \
     --out "$work/$rate.json" "${extra[@]}"

@@ -5,6 +5,7 @@
 #   hosts_up 3          # HOST_IP[1..3], HOST_NS[1..3], HOSTS_SUBNET, SSH_KEY; sshd in each,
 #                       # whose sessions see hostname hora-h<i>
 #   on_host 1 cmd...    # runs cmd inside host 1's network namespace
+#   cap_links 1gbit     # caps every host's link to that tc rate, both directions
 #   hosts_down          # (also run on EXIT) removes namespaces, bridge, daemons, keys
 #
 # Needs root and iproute2; hosts_available says whether this machine can (exit 77 = skip).
@@ -74,6 +75,16 @@ EOF
 on_host() {
   local i=$1; shift
   ip netns exec "${HOST_NS[$i]}" "$@"
+}
+
+# tbf on both ends of each host's link: egress inside the host and on the bridge's side (this
+# kernel has no netem, so rate is all there is).
+cap_links() {
+  local i
+  for i in $(seq 1 "$HOSTS_N"); do
+    on_host "$i" tc qdisc replace dev eth0 root tbf rate "$1" burst 1mbit latency 50ms
+    tc qdisc replace dev "hv${HOSTS_ID}h$i" root tbf rate "$1" burst 1mbit latency 50ms
+  done
 }
 
 hosts_down() {
