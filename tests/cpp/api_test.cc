@@ -118,6 +118,24 @@ TEST(Api, ARankThatNeverArrivesIsATimeoutNamingIt) {
   }
 }
 
+// Ranks on other hosts are known by the hostnames they publish; one that never publishes is
+// named (in a split set up after a link broke, this wait is the first to notice).
+TEST(Api, ARankWhoseHostNeverAppearsIsATimeoutNamingIt) {
+  rendezvous::TcpStoreServer store("127.0.0.1", 0, kTestSecret);
+  Identity id;
+  id.size = 2;
+  id.local_size = 1;  // rank 1 is on another host
+  CommunicatorOptions o = testOptions();
+  o.timeout = 500ms;
+  try {
+    Communicator::create(id, {"127.0.0.1", store.port(), kTestSecret, "far/"}, o);
+    FAIL() << "created a communicator without its second rank";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0: timed out waiting for rank 1 to join"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Knobs, TypedParsingNamesTheVariable) {
   auto env = common::Env::fromMap({{"HORA_TIMEOUT_SECONDS", "abc"}, {"HORA_RING_THRESHOLD", "2M"},
                                    {"HOROVOD_LOG_LEVEL", "debug"}});
