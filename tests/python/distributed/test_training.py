@@ -59,6 +59,20 @@ def test_distributed_optimizer_equals_training_on_the_whole_batch(optimizer_clas
     assert isinstance(opt, optimizer_class)
 
 
+def test_a_gradient_that_is_not_contiguous_is_averaged_too():
+    # Contiguous CPU gradients go straight to the engine; any other takes the public allreduce.
+    # (A gradient set by hand, not by backward: step() starts the allreduces no hook started.)
+    n, r = hvd.size(), hvd.rank()
+    weight = torch.nn.Parameter(torch.zeros(3, 4))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([weight], lr=1.0), named_parameters=[("weight", weight)])
+    values = torch.arange(24.0).reshape(3, 8)
+    weight.grad = (values * (r + 1))[:, ::2]  # every other column: elements with gaps between
+    assert not weight.grad.is_contiguous()
+    opt.step()
+    mean = sum(s + 1 for s in range(n)) / n
+    torch.testing.assert_close(weight.detach(), -values[:, ::2] * mean)
+
+
 def test_fp16_compression_and_predivide_stay_close():
     n, r, rows = hvd.size(), hvd.rank(), 4
     model, reference = make_model(), make_model()
