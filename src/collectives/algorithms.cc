@@ -190,35 +190,39 @@ void ringAllgather(Context& ctx, const std::byte* send, std::byte* recv,
   ctx.transport.run(xs, ctx.tag, ctx.deadline);
 }
 
-void broadcast(Context& ctx, std::byte* buffer, size_t bytes, int root, size_t tree_max_bytes) {
+void binomialTreeBroadcast(Context& ctx, std::byte* buffer, size_t bytes, int root) {
   const int n = ctx.transport.size(), r = ctx.transport.rank();
   const int v = mod(r - root, n);  // rank relative to the root
   auto real = [&](int vr) { return mod(vr + root, n); };
   std::vector<Transfer> xs;
   xs.reserve(64);
   const size_t* ready = nullptr;  // the root has everything; others forward what arrived
-  if (bytes <= tree_max_bytes) {
-    // Binomial tree: v receives from v minus its lowest set bit, sends to v + 2^k for every
-    // 2^k below that bit.
-    int mask = 1;
-    while (mask < n) {
-      if (v & mask) {
-        xs.push_back(Transfer::recv(real(v - mask), buffer, bytes));
-        ready = &xs.back().done;
-        break;
-      }
-      mask <<= 1;
-    }
-    for (mask >>= 1; mask > 0; mask >>= 1)
-      if (v + mask < n) xs.push_back(Transfer::send(real(v + mask), buffer, bytes, ready));
-  } else {
-    // Chain: bandwidth-optimal for large messages; every rank sends the message once.
-    if (v > 0) {
-      xs.push_back(Transfer::recv(real(v - 1), buffer, bytes));
+  // v receives from v minus its lowest set bit, sends to v + 2^k for every 2^k below that bit.
+  int mask = 1;
+  while (mask < n) {
+    if (v & mask) {
+      xs.push_back(Transfer::recv(real(v - mask), buffer, bytes));
       ready = &xs.back().done;
+      break;
     }
-    if (v < n - 1) xs.push_back(Transfer::send(real(v + 1), buffer, bytes, ready));
+    mask <<= 1;
   }
+  for (mask >>= 1; mask > 0; mask >>= 1)
+    if (v + mask < n) xs.push_back(Transfer::send(real(v + mask), buffer, bytes, ready));
+  ctx.transport.run(xs, ctx.tag, ctx.deadline);
+}
+
+void chainBroadcast(Context& ctx, std::byte* buffer, size_t bytes, int root) {
+  const int n = ctx.transport.size(), r = ctx.transport.rank();
+  const int v = mod(r - root, n);  // rank relative to the root
+  std::vector<Transfer> xs;
+  xs.reserve(2);  // `ready` points into it
+  const size_t* ready = nullptr;
+  if (v > 0) {
+    xs.push_back(Transfer::recv(mod(v - 1 + root, n), buffer, bytes));
+    ready = &xs.back().done;
+  }
+  if (v < n - 1) xs.push_back(Transfer::send(mod(v + 1 + root, n), buffer, bytes, ready));
   ctx.transport.run(xs, ctx.tag, ctx.deadline);
 }
 
@@ -257,6 +261,18 @@ void disseminationBarrier(Context& ctx) {
     ready = &xs.back().done;
   }
   ctx.transport.run(xs, ctx.tag, ctx.deadline);
+}
+
+void allreduce(Context& ctx, Algorithm algorithm, const std::byte* send, std::byte* recv, size_t count,
+               DataType type, const AllreduceOptions& options) {
+  if (algorithm == Algorithm::kDissemination) disseminationAllreduce(ctx, send, recv, count, type, options);
+  else if (algorithm == Algorithm::kRecursiveDoubling) recursiveDoublingAllreduce(ctx, send, recv, count, type, options);
+  else ringAllreduce(ctx, send, recv, count, type, options);
+}
+
+void broadcast(Context& ctx, Algorithm algorithm, std::byte* buffer, size_t bytes, int root) {
+  if (algorithm == Algorithm::kBinomialTree) binomialTreeBroadcast(ctx, buffer, bytes, root);
+  else chainBroadcast(ctx, buffer, bytes, root);
 }
 
 }  // namespace hora::collectives

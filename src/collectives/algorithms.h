@@ -28,6 +28,18 @@ enum class OpKind : uint8_t {
   kBarrier = 6,
 };
 
+// The algorithms a Plan chooses from (plan.h).
+enum class Algorithm : uint8_t {
+  kLocal,              // one rank: a copy at most
+  kRing,               // bandwidth-optimal: allreduce, allgather, reducescatter
+  kRecursiveDoubling,  // latency-optimal allreduce
+  kDissemination,      // latency-optimal allreduce for min and max; the barrier
+  kBinomialTree,       // small broadcasts
+  kChain,              // large broadcasts
+  kPairwise,           // alltoall
+  kHierarchical,       // across hosts: inside each host, then among them (hierarchy.h)
+};
+
 struct Context {
   transport::Transport& transport;
   transport::OpTag tag;
@@ -66,8 +78,10 @@ void ringReduceScatter(Context& ctx, const std::byte* send, std::byte* recv,
 void ringAllgather(Context& ctx, const std::byte* send, std::byte* recv,
                    std::span<const size_t> counts, DataType type);
 
-// Binomial tree (small messages) or a pipelined chain (large), both forwarding chunk by chunk.
-void broadcast(Context& ctx, std::byte* buffer, size_t bytes, int root, size_t tree_max_bytes);
+// Binomial tree (latency-optimal) and pipelined chain (bandwidth-optimal, every rank sends the
+// message once); both forward chunk by chunk.
+void binomialTreeBroadcast(Context& ctx, std::byte* buffer, size_t bytes, int root);
+void chainBroadcast(Context& ctx, std::byte* buffer, size_t bytes, int root);
 
 // Every pair exchanges its blocks directly, all pairs at once.
 void pairwiseAlltoall(Context& ctx, const std::byte* send, std::span<const size_t> send_counts,
@@ -75,5 +89,10 @@ void pairwiseAlltoall(Context& ctx, const std::byte* send, std::span<const size_
 
 // Dissemination barrier: ceil(log2 n) rounds of one-byte tokens.
 void disseminationBarrier(Context& ctx);
+
+// The flat allreduce or broadcast `algorithm` names (the plan's choice for this group).
+void allreduce(Context& ctx, Algorithm algorithm, const std::byte* send, std::byte* recv, size_t count,
+               DataType type, const AllreduceOptions& options);
+void broadcast(Context& ctx, Algorithm algorithm, std::byte* buffer, size_t bytes, int root);
 
 }  // namespace hora::collectives

@@ -6,46 +6,18 @@
 #include <string>
 #include <vector>
 
+#include "collectives/algorithms.h"
 #include "collectives/reduce.h"
 #include "hora/errors.h"
 
 namespace hora::collectives {
 
-namespace {
-
-// The ascending ranks of each host.
-std::map<std::string, std::vector<int>> ranksByHost(const std::vector<std::string>& hostnames) {
-  std::map<std::string, std::vector<int>> by_host;
-  for (size_t r = 0; r < hostnames.size(); ++r) by_host[hostnames[r]].push_back(static_cast<int>(r));
-  return by_host;
-}
-
-}  // namespace
-
-bool Hierarchy::evenHosts(const std::vector<std::string>& hostnames) {
-  const auto by_host = ranksByHost(hostnames);
-  if (by_host.size() <= 1) return false;
-  const size_t per_host = by_host.begin()->second.size();
-  if (per_host <= 1) return false;
-  for (const auto& [host, ranks] : by_host) {
-    if (ranks.size() != per_host) return false;
-  }
-  return true;
-}
-
-bool Hierarchy::placedByHost(const std::vector<std::string>& hostnames) {
-  for (const auto& [host, ranks] : ranksByHost(hostnames)) {
-    if (ranks.back() - ranks.front() + 1 != static_cast<int>(ranks.size())) return false;
-  }
-  return true;
-}
-
-std::unique_ptr<Hierarchy> Hierarchy::build(Communicator& world, const std::vector<std::string>& hostnames) {
-  if (!evenHosts(hostnames)) throw InternalError("hierarchical collectives need even hosts");
+std::unique_ptr<Hierarchy> Hierarchy::build(const bootstrap::Connection& world, const CommunicatorOptions& options) {
+  if (!world.topology.evenHosts()) throw InternalError("hierarchical collectives need even hosts");
   const int n = world.size();
-  auto by_host = ranksByHost(hostnames);
+  auto by_host = world.topology.ranksByHost();
   const size_t per_host = by_host.begin()->second.size();
-  const std::vector<int>& local = by_host[world.identity().hostname];
+  const std::vector<int>& local = by_host[world.identity.hostname];
   std::vector<std::vector<int>> counterparts(per_host);
   std::vector<int> position(static_cast<size_t>(n));
   for (const auto& [h, ranks] : by_host) {
@@ -56,31 +28,38 @@ std::unique_ptr<Hierarchy> Hierarchy::build(Communicator& world, const std::vect
   }
   for (auto& c : counterparts) std::sort(c.begin(), c.end());
   const size_t mine_at = static_cast<size_t>(position[static_cast<size_t>(world.rank())]);
-  auto local_comm = world.split(local, "hierarchy-local-" + std::to_string(local.front()));
-  auto cross_comm = world.split(counterparts[mine_at], "hierarchy-cross-" + std::to_string(mine_at));
+  Group local_group(bootstrap::connectSubset(world, local, "hierarchy-local-" + std::to_string(local.front()), options),
+                    options);
+  Group cross_group(
+      bootstrap::connectSubset(world, counterparts[mine_at], "hierarchy-cross-" + std::to_string(mine_at), options),
+      options);
   return std::unique_ptr<Hierarchy>(
-      new Hierarchy(std::move(local_comm), std::move(cross_comm), std::move(counterparts), std::move(position)));
+      new Hierarchy(std::move(local_group), std::move(cross_group), std::move(counterparts), std::move(position)));
 }
 
 void Hierarchy::allreduce(const void* in, void* out, size_t count, DataType type, const AllreduceOptions& o,
                           int world_size) {
-  const int slices = local_->size();
+  const int slices = local_.size();
   std::vector<size_t> counts(static_cast<size_t>(slices));
   size_t offset = 0;
   for (int i = 0; i < slices; ++i) {
     counts[static_cast<size_t>(i)] = count / static_cast<size_t>(slices) + (static_cast<size_t>(i) < count % static_cast<size_t>(slices) ? 1 : 0);
-    if (i < local_->rank()) offset += counts[static_cast<size_t>(i)];
+    if (i < local_.rank()) offset += counts[static_cast<size_t>(i)];
   }
   const size_t elem = dataTypeSize(type);
   auto* slice = static_cast<std::byte*>(out) + offset * elem;
-  const size_t my_count = counts[static_cast<size_t>(local_->rank())];
+  const size_t my_count = counts[static_cast<size_t>(local_.rank())];
   // Sum in the steps; Average divides once, by every rank, at the end (as the flat ring does).
   AllreduceOptions step;
   step.op = o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op;
-  local_->reducescatter(in, slice, counts, type, step);
-  cross_->allreduce(slice, slice, my_count, type, step);
+  Context scatter = local_.next(OpKind::kReducescatter, "reducescatter");
+  ringReduceScatter(scatter, static_cast<const std::byte*>(in), slice, counts, type, step);
+  Context across = cross_.next(OpKind::kAllreduce, "allreduce");
+  const Plan plan = cross_.plan(OpKind::kAllreduce, my_count, my_count * elem, step.op);
+  collectives::allreduce(across, plan.algorithm, slice, slice, my_count, type, step);
   finalize(type, o.op, slice, slice, my_count, world_size, o.postscale);
-  local_->allgather(slice, my_count, out, counts, type);
+  Context gather = local_.next(OpKind::kAllgather, "allgather");
+  ringAllgather(gather, slice, static_cast<std::byte*>(out), counts, type);
 }
 
 
@@ -88,7 +67,7 @@ void Hierarchy::allgather(const void* in, void* out, std::span<const size_t> cou
   const size_t elem = dataTypeSize(type);
   const auto count_of = [&](int rank) { return counts[static_cast<size_t>(rank)]; };
   // 1. This rank's block to its counterparts: `across_` holds the blocks of this position.
-  const std::vector<int>& mine = counterparts_[static_cast<size_t>(local_->rank())];
+  const std::vector<int>& mine = counterparts_[static_cast<size_t>(local_.rank())];
   std::vector<size_t> cross_counts;
   size_t cross_total = 0;
   for (int r : mine) {
@@ -96,7 +75,8 @@ void Hierarchy::allgather(const void* in, void* out, std::span<const size_t> cou
     cross_total += count_of(r);
   }
   across_.resize(cross_total * elem);
-  cross_->allgather(in, cross_counts[static_cast<size_t>(cross_->rank())], across_.data(), cross_counts, type);
+  Context across = cross_.next(OpKind::kAllgather, "allgather");
+  ringAllgather(across, static_cast<const std::byte*>(in), across_.data(), cross_counts, type);
   // 2. Every position's blocks to the whole host: `within_` holds them by position, then host.
   std::vector<size_t> local_counts;
   size_t total = 0;
@@ -107,7 +87,8 @@ void Hierarchy::allgather(const void* in, void* out, std::span<const size_t> cou
     total += sum;
   }
   within_.resize(total * elem);
-  local_->allgather(across_.data(), cross_total, within_.data(), local_counts, type);
+  Context within = local_.next(OpKind::kAllgather, "allgather");
+  ringAllgather(within, across_.data(), within_.data(), local_counts, type);
   // 3. Into rank order.
   std::vector<size_t> offset(counts.size() + 1, 0);
   for (size_t r = 0; r < counts.size(); ++r) offset[r + 1] = offset[r] + counts[r];
@@ -122,13 +103,17 @@ void Hierarchy::allgather(const void* in, void* out, std::span<const size_t> cou
 }
 
 void Hierarchy::broadcast(void* buffer, size_t count, DataType type, int root) {
+  const size_t bytes = count * dataTypeSize(type);
+  auto* data = static_cast<std::byte*>(buffer);
   const int root_position = position_[static_cast<size_t>(root)];
-  if (local_->rank() == root_position) {
+  if (local_.rank() == root_position) {
     const std::vector<int>& ranks = counterparts_[static_cast<size_t>(root_position)];
     const int cross_root = static_cast<int>(std::find(ranks.begin(), ranks.end(), root) - ranks.begin());
-    cross_->broadcast(buffer, count, type, cross_root);
+    Context across = cross_.next(OpKind::kBroadcast, "broadcast");
+    collectives::broadcast(across, cross_.plan(OpKind::kBroadcast, count, bytes).algorithm, data, bytes, cross_root);
   }
-  local_->broadcast(buffer, count, type, root_position);
+  Context within = local_.next(OpKind::kBroadcast, "broadcast");
+  collectives::broadcast(within, local_.plan(OpKind::kBroadcast, count, bytes).algorithm, data, bytes, root_position);
 }
 
 }  // namespace hora::collectives

@@ -1,7 +1,9 @@
-// Hierarchy: the two sub-communicators of the hierarchical collectives, for ranks that span hosts.
+// Hierarchy: the two inner groups of the hierarchical collectives, for ranks that span hosts.
 //
 // local: the ranks of this host (shared memory). cross: the ranks that hold the same position
-// among their host's ranks, one per host (TCP). Then (docs/algorithms.md, "Hierarchical
+// among their host's ranks, one per host (TCP). Each step is a flat algorithm on one of them,
+// planned for that group; a failure in a step is the Communicator's to report, once, for the
+// whole collective. Then (docs/algorithms.md, "Hierarchical
 // collectives"):
 //   allreduce = reduce-scatter inside each host, allreduce of each slice among the hosts,
 //               allgather inside each host: the links between hosts carry each byte of the result
@@ -19,20 +21,16 @@
 #include <string>
 #include <vector>
 
-#include "hora/communicator.h"
+#include "bootstrap/connect.h"
+#include "collectives/group.h"
 
 namespace hora::collectives {
 
 class Hierarchy {
  public:
-  // Whether the ranks (hostnames[r] is rank r's host) span several hosts with the same number
-  // of ranks, more than one, on each; uneven hosts keep the flat algorithms.
-  static bool evenHosts(const std::vector<std::string>& hostnames);
-  // Whether every host's ranks are numbered consecutively (placed host by host).
-  static bool placedByHost(const std::vector<std::string>& hostnames);
-  // Called by every rank of `world` at the same point (it connects the sub-communicators), when
-  // evenHosts(hostnames).
-  static std::unique_ptr<Hierarchy> build(Communicator& world, const std::vector<std::string>& hostnames);
+  // Called by every rank of `world` at the same point (it connects the inner groups), when its
+  // topology has even hosts.
+  static std::unique_ptr<Hierarchy> build(const bootstrap::Connection& world, const CommunicatorOptions& options);
 
   // out = op over every rank of `in` (in may equal out); prescale is the caller's, postscale and
   // Average's division happen here.
@@ -43,12 +41,11 @@ class Hierarchy {
   void broadcast(void* buffer, size_t count, DataType type, int root);
 
  private:
-  Hierarchy(std::unique_ptr<Communicator> local, std::unique_ptr<Communicator> cross,
-            std::vector<std::vector<int>> counterparts, std::vector<int> position)
+  Hierarchy(Group local, Group cross, std::vector<std::vector<int>> counterparts, std::vector<int> position)
       : local_(std::move(local)), cross_(std::move(cross)), counterparts_(std::move(counterparts)),
         position_(std::move(position)) {}
-  std::unique_ptr<Communicator> local_;
-  std::unique_ptr<Communicator> cross_;
+  Group local_;
+  Group cross_;
   // For each position p on a host: the world ranks at position p on every host, ascending (the
   // members of the cross communicator of position p, in its rank order).
   std::vector<std::vector<int>> counterparts_;

@@ -111,10 +111,48 @@ bool TcpTransport::progressSend(int peer, Lane& lane, const OpTag& tag) {
   return progressed;
 }
 
+std::span<std::byte> TcpTransport::receiveSpace(int peer, const Lane& lane, const Transfer& t) {
+  if (t.data != nullptr) return {t.data + t.done, t.bytes - t.done};
+  if (t.bytes == 0) return {};
+  auto& scratch = scratch_[static_cast<size_t>(peer)];
+  if (scratch.empty()) scratch.resize(chunk_bytes_);
+  const size_t chunk = std::min(chunk_bytes_, t.bytes - t.done);
+  return {scratch.data() + lane.scratch_fill, chunk - lane.scratch_fill};
+}
+
+void TcpTransport::deliver(int peer, Lane& lane, Transfer& t, size_t bytes) {
+  if (t.data != nullptr) {
+    t.done += bytes;
+    return;
+  }
+  lane.scratch_fill += bytes;
+  const size_t chunk = std::min(chunk_bytes_, t.bytes - t.done);
+  if (lane.scratch_fill == chunk) {
+    t.on_chunk(t.done, scratch_[static_cast<size_t>(peer)].data(), chunk);
+    t.done += chunk;
+    lane.scratch_fill = 0;
+  }
+}
+
+ssize_t TcpTransport::receive(int peer, msghdr& msg, const Transfer& t, const OpTag& tag) {
+  while (true) {
+    const ssize_t r = ::recvmsg(peers_[static_cast<size_t>(peer)].fd.get(), &msg, 0);
+    if (r > 0) return r;
+    if (r == 0) {
+      fail(PeerError(describePeer(peer) + " closed the connection while this rank expects " +
+                     std::to_string(t.bytes - t.done) + " more bytes from it in " + std::string(tag.name) + " #" +
+                     std::to_string(tag.sequence) + " (the process died or was killed)"));
+    }
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
+    fail(PeerError("receiving from " + describePeer(peer) + " failed in " + std::string(tag.name) + ": " +
+                   std::strerror(errno) + " (the peer died or reset its connection)"));
+  }
+}
+
 bool TcpTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
   bool progressed = false;
   lane.want_io = false;
-  const int fd = peers_[static_cast<size_t>(peer)].fd.get();
   while (!lane.idle()) {
     Transfer& t = *lane.queue[lane.head];
     const bool header_complete = lane.header_done == sizeof(FrameHeader);
@@ -126,62 +164,26 @@ bool TcpTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
     iovec iov[2];
     int n = 0;
     if (!header_complete)
-      iov[n++] = {reinterpret_cast<char*>(&lane.header) + lane.header_done,
-                  sizeof(FrameHeader) - lane.header_done};
-    std::byte* dest = nullptr;
-    size_t want = 0;
-    if (t.data != nullptr) {
-      dest = t.data + t.done;
-      want = t.bytes - t.done;
-    } else if (t.bytes > 0) {
-      auto& scratch = scratch_[static_cast<size_t>(peer)];
-      if (scratch.empty()) scratch.resize(chunk_bytes_);
-      const size_t chunk = std::min(chunk_bytes_, t.bytes - t.done);
-      dest = scratch.data() + lane.scratch_fill;
-      want = chunk - lane.scratch_fill;
-    }
+      iov[n++] = {reinterpret_cast<char*>(&lane.header) + lane.header_done, sizeof(FrameHeader) - lane.header_done};
     // Until the header is validated, read no further than this frame's payload.
-    if (want > 0) iov[n++] = {dest, want};
+    const std::span<std::byte> space = receiveSpace(peer, lane, t);
+    if (!space.empty()) iov[n++] = {space.data(), space.size()};
     msghdr msg{};
     msg.msg_iov = iov;
     msg.msg_iovlen = static_cast<size_t>(n);
-    const ssize_t r = ::recvmsg(fd, &msg, 0);
-    if (r == 0) {
-      fail(PeerError(describePeer(peer) + " closed the connection while this rank expects " +
-                     std::to_string(t.bytes - t.done) + " more bytes from it in " +
-                     std::string(tag.name) + " #" + std::to_string(tag.sequence) +
-                     " (the process died or was killed)"));
-    }
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        lane.want_io = true;
-        return progressed;
-      }
-      fail(PeerError("receiving from " + describePeer(peer) + " failed in " +
-                     std::string(tag.name) + ": " + std::strerror(errno) +
-                     " (the peer died or reset its connection)"));
+    size_t k = static_cast<size_t>(receive(peer, msg, t, tag));
+    if (k == 0) {
+      lane.want_io = true;
+      return progressed;
     }
     progressed = true;
-    size_t k = static_cast<size_t>(r);
     if (!header_complete) {
       const size_t h = std::min(k, sizeof(FrameHeader) - lane.header_done);
       lane.header_done += h;
       k -= h;
       if (lane.header_done == sizeof(FrameHeader)) validateHeader(peer, lane.header, t, tag);
     }
-    if (k == 0) continue;
-    if (t.data != nullptr) {
-      t.done += k;
-    } else {
-      lane.scratch_fill += k;
-      const size_t chunk = std::min(chunk_bytes_, t.bytes - t.done);
-      if (lane.scratch_fill == chunk) {
-        t.on_chunk(t.done, scratch_[static_cast<size_t>(peer)].data(), chunk);
-        t.done += chunk;
-        lane.scratch_fill = 0;
-      }
-    }
+    if (k > 0) deliver(peer, lane, t, k);
   }
   return progressed;
 }

@@ -9,9 +9,13 @@
 // the peers on this host are empty and it serves only the others.
 #pragma once
 
+#include <sys/socket.h>
+#include <sys/types.h>
+
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -65,6 +69,12 @@ class TcpTransport final : public Transport, public PeerGroup {
   };
   bool progressSend(int peer, Lane& lane, const OpTag& tag);
   bool progressRecv(int peer, Lane& lane, const OpTag& tag);
+  // Where the next payload bytes of `t` go: its destination, or the peer's scratch chunk.
+  std::span<std::byte> receiveSpace(int peer, const Lane& lane, const Transfer& t);
+  // Accounts `bytes` of payload read into receiveSpace; a full scratch chunk goes to on_chunk.
+  void deliver(int peer, Lane& lane, Transfer& t, size_t bytes);
+  // One recvmsg: the bytes read, 0 when the socket has nothing now; throws on a close or error.
+  ssize_t receive(int peer, msghdr& msg, const Transfer& t, const OpTag& tag);
   void checkIdlePeer(int peer);
   void validateHeader(int peer, const FrameHeader& h, const Transfer& t, const OpTag& tag);
   [[noreturn]] void fail(Error error);

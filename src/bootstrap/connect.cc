@@ -1,0 +1,186 @@
+#include "bootstrap/connect.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <numeric>
+
+#include "common/cpu_share.h"
+#include "common/logging.h"
+#include "common/socket.h"
+#include "hora/errors.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_server.h"
+#include "transport/hybrid/hybrid_transport.h"
+#include "transport/shm/shm_transport.h"
+#include "transport/tcp/tcp_transport.h"
+
+namespace hora::bootstrap {
+
+namespace {
+
+// Every rank's hostname, by rank.
+std::vector<std::string> readHostnames(const Connection& c, const common::Deadline& deadline) {
+  std::vector<std::string> hostnames(static_cast<size_t>(c.size()));
+  for (int r = 0; r < c.size(); ++r) {
+    try {
+      hostnames[static_cast<size_t>(r)] = c.store->get(c.rendezvous.prefix + "host/" + std::to_string(r), deadline);
+    } catch (const TimeoutError& e) {
+      // Name the rank that never came, not only its key (a split set up after a link broke).
+      throw TimeoutError("rank " + std::to_string(c.label(c.rank())) + ": timed out waiting for rank " +
+                         std::to_string(c.label(r)) + " to join: " + e.what());
+    }
+  }
+  return hostnames;
+}
+
+// Hosts are told apart by hostname: every rank publishes its own; they are read when the
+// topology is derived from them or when the ranks span hosts.
+void learnTopology(Connection& c, const common::Deadline& deadline) {
+  c.store->set(c.rendezvous.prefix + "host/" + std::to_string(c.rank()), c.identity.hostname, deadline);
+  if (c.identity.derivesTopology()) {
+    c.topology.hostnames = readHostnames(c, deadline);
+    c.identity.deriveTopology(c.topology.hostnames);
+  }
+  if (c.identity.local_size < c.size() && c.topology.hostnames.empty())
+    c.topology.hostnames = readHostnames(c, deadline);
+  if (c.identity.local_size < c.size() && c.identity.local_size > 1 && !c.topology.evenHosts())
+    HORA_LOG(info, "hierarchical collectives not possible: the hosts run different numbers of ranks");
+}
+
+std::vector<transport::tcp::PeerConnection> connectTcpMesh(const Connection& c, const CommunicatorOptions& options,
+                                                           const rendezvous::TcpStore& store,
+                                                           const common::Deadline& deadline) {
+  transport::tcp::MeshOptions mesh;
+  mesh.rank = c.rank();
+  mesh.size = c.size();
+  mesh.secret = c.rendezvous.secret;
+  mesh.key_prefix = c.rendezvous.prefix;
+  mesh.advertise_host = options.iface.empty() ? store.localHost() : common::interfaceAddress(options.iface);
+  auto peers = transport::tcp::connectMesh(mesh, *c.store, deadline);
+  for (int r = 0; r < c.size(); ++r) peers[static_cast<size_t>(r)].label = c.label(r);
+  return peers;
+}
+
+// Note [mixed transfer sets]: shared memory with the ranks of this host, TCP with the rest.
+std::unique_ptr<transport::Transport> hybridTransport(Connection& c, std::vector<transport::tcp::PeerConnection> peers,
+                                                      const CommunicatorOptions& options,
+                                                      const transport::shm::ShmOptions& shm,
+                                                      const common::Deadline& deadline) {
+  std::vector<int> members;
+  std::vector<transport::tcp::PeerConnection> local(peers.size());
+  for (int r = 0; r < c.size(); ++r) {
+    if (c.topology.hostnames[static_cast<size_t>(r)] != c.identity.hostname) continue;
+    members.push_back(r);
+    local[static_cast<size_t>(r)] = std::move(peers[static_cast<size_t>(r)]);
+  }
+  HORA_LOG(info, "transport: shared memory with {} other rank(s) of host {}, TCP with {}", members.size() - 1,
+           c.identity.hostname, c.size() - static_cast<int>(members.size()));
+  auto near = std::make_unique<transport::shm::ShmTransport>(c.rank(), std::move(local), std::move(members), shm,
+                                                             *c.store, deadline);
+  auto far = std::make_unique<transport::tcp::TcpTransport>(c.rank(), std::move(peers), options.chunk_bytes,
+                                                            options.spin);
+  // TCP's spin: the long shared-memory spin pays off against a futex wake-up, but here every run
+  // also waits for the network, and a rank spinning for it takes a core from its host's ranks.
+  c.transport_name = "shared memory + tcp";
+  return std::make_unique<transport::hybrid::HybridTransport>(std::move(near), std::move(far), options.spin);
+}
+
+// HORA_TRANSPORT and the topology decide: TCP, shared memory, or both (per pair).
+void chooseTransport(Connection& c, std::vector<transport::tcp::PeerConnection> peers,
+                     const CommunicatorOptions& options, const common::Deadline& deadline) {
+  const bool one_host = c.identity.local_size == c.size();
+  if (options.transport == TransportChoice::kSharedMemory && !one_host) {
+    throw InvalidArgumentError("HORA_TRANSPORT=shm: the " + std::to_string(c.size()) + " ranks span " +
+                               std::to_string(c.identity.cross_size) +
+                               " hosts; shared memory needs them on one (use auto or tcp)");
+  }
+  transport::shm::ShmOptions shm;
+  shm.chunk_bytes = options.chunk_bytes;
+  shm.spin = options.shm_spin;
+  shm.key_prefix = c.rendezvous.prefix;
+  if (options.transport == TransportChoice::kTcp || c.identity.local_size == 1) {
+    c.transport = std::make_unique<transport::tcp::TcpTransport>(c.rank(), std::move(peers), options.chunk_bytes,
+                                                                 options.spin);
+    c.transport_name = "tcp";
+  } else if (one_host) {
+    std::vector<int> everyone(static_cast<size_t>(c.size()));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    c.transport = std::make_unique<transport::shm::ShmTransport>(c.rank(), std::move(peers), std::move(everyone),
+                                                                 shm, *c.store, deadline);
+    c.shared_memory = true;
+    c.transport_name = "shared memory";
+  } else {
+    c.transport = hybridTransport(c, std::move(peers), options, shm, deadline);
+  }
+}
+
+}  // namespace
+
+Connection connect(const Identity& identity, const RendezvousOptions& rendezvous, const CommunicatorOptions& options,
+                   std::vector<int> labels) {
+  Connection c;
+  c.identity = identity;
+  c.rendezvous = rendezvous;
+  c.labels = std::move(labels);
+  if (c.size() == 1 && c.identity.derivesTopology()) c.identity.deriveTopology({c.identity.hostname});
+  c.identity.validate();
+  if (c.labels.empty()) common::setLogRank(c.rank());  // a subset's members keep the job's number
+  if (options.chunk_bytes < 16 || options.chunk_bytes % 16 != 0)
+    throw InvalidArgumentError("chunk_bytes must be a positive multiple of 16");
+  if (c.size() == 1) return c;
+  if (rendezvous.secret.empty()) throw InvalidArgumentError("the job secret (HORA_SECRET) is empty");
+  const auto deadline = common::Deadline::after(options.timeout);
+  auto store = std::make_unique<rendezvous::TcpStore>(rendezvous.address, rendezvous.port, rendezvous.secret, deadline);
+  const rendezvous::TcpStore& tcp_store = *store;
+  c.store = std::move(store);
+  if (!rendezvous.announce_key.empty()) c.store->set(rendezvous.announce_key, c.identity.hostname, deadline);
+  learnTopology(c, deadline);
+  auto peers = connectTcpMesh(c, options, tcp_store, deadline);
+  common::CpuShare::process().noteLocalRanks(c.identity.local_size);  // Note [who may spin]
+  chooseTransport(c, std::move(peers), options, deadline);
+  return c;
+}
+
+Connection connectSubset(const Connection& parent, const std::vector<int>& members, const std::string& key,
+                         const CommunicatorOptions& options) {
+  const auto me = std::find(members.begin(), members.end(), parent.rank());
+  Identity sub;
+  sub.rank = static_cast<int>(me - members.begin());
+  sub.size = static_cast<int>(members.size());
+  sub.hostname = parent.identity.hostname;
+  sub.local_rank = sub.local_size = sub.cross_rank = sub.cross_size = Identity::kDerive;
+  RendezvousOptions rendezvous = parent.rendezvous;
+  rendezvous.prefix += "split/" + key + "/";
+  rendezvous.announce_key.clear();
+  std::vector<int> labels;
+  for (int m : members) labels.push_back(parent.label(m));
+  return connect(sub, rendezvous, options, std::move(labels));
+}
+
+RendezvousOptions nextCommunicator(RendezvousOptions job, int rank) {
+  if (job.serve_store) {
+    // Serves the store for the life of the process: the other ranks' communicators may still use
+    // it after this one is gone. It listens on the address the other ranks were told.
+    static std::unique_ptr<rendezvous::TcpStoreServer> server;
+    static std::mutex server_mutex;
+    std::lock_guard lock(server_mutex);
+    if (!server) {
+      try {
+        server = std::make_unique<rendezvous::TcpStoreServer>(job.address, job.port, job.secret);
+      } catch (const Error& e) {
+        throw InvalidArgumentError("rank 0 cannot serve the rendezvous store on " + job.address + ":" +
+                                   std::to_string(job.port) + " (" + e.what() +
+                                   "); rank 0 must run on that host and the port must be free: set "
+                                   "HORA_RENDEZVOUS_ADDR / HORA_RENDEZVOUS_PORT");
+      }
+    }
+  }
+  // Numbered per process: a second communicator never reads the first's addresses.
+  static std::atomic<int> created{0};
+  job.announce_key = job.prefix + "started/" + std::to_string(rank);
+  job.prefix += "comm" + std::to_string(created++) + "/";
+  return job;
+}
+
+}  // namespace hora::bootstrap
