@@ -1,12 +1,10 @@
 #include "transport/shm/shm_transport.h"
 
-#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,6 +14,8 @@
 #include <cstring>
 
 #include "common/logging.h"
+#include "transport/shm/inbox.h"
+#include "transport/shm/segment.h"
 
 namespace hora::transport::shm {
 
@@ -45,10 +45,7 @@ namespace hora::transport::shm {
 
 namespace {
 
-constexpr uint32_t kInboxMagic = 0x484f5348;    // "HOSH"
-constexpr uint32_t kMessageMagic = 0x484f534d;  // "HOSM"
 constexpr size_t kRingChunks = 4;
-constexpr size_t kHeaderBytes = 16;
 constexpr char kWake = 'W';
 constexpr char kGoodbye = 'G';
 constexpr auto kLivenessCheck = std::chrono::milliseconds(20);
@@ -56,97 +53,12 @@ constexpr int kBusyPolls = 2000;  // about 2-10 us of polling before the first y
 constexpr uint32_t kOnFutex = 1;   // Inbox::Header::sleeping
 constexpr uint32_t kInPoll = 2;
 
-size_t roundUp16(size_t n) { return (n + 15) & ~size_t{15}; }
-
-struct MessageHeader {
-  uint32_t magic;
-  uint32_t sequence;
-  uint32_t op;
-  uint32_t bytes_low;  // payload length; collectives larger than 4 GiB are split by the caller
-};
-static_assert(sizeof(MessageHeader) == kHeaderBytes);
-
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
 }  // namespace
 
-struct ShmTransport::Channel {
-  alignas(64) std::atomic<uint64_t> written;
-  alignas(64) std::atomic<uint64_t> consumed;
-};
-
-struct ShmTransport::Inbox {
-  struct alignas(64) Header {
-    uint32_t magic;
-    uint32_t size;  // members
-    uint64_t ring_bytes;
-    std::atomic<uint32_t> doorbell;  // futex word
-    std::atomic<uint32_t> sleeping;  // kOnFutex or kInPoll while the owner sleeps
-    std::atomic<uint32_t> idle;      // 1 while the owner's engine sleeps in waitForIncoming
-  };
-  Header header;
-  // Followed by Channel[size] and then size rings of ring_bytes each.
-
-  static size_t bytesFor(int size, size_t ring_bytes) {
-    return sizeof(Inbox) + sizeof(Channel) * static_cast<size_t>(size) + ring_bytes * static_cast<size_t>(size);
-  }
-  Channel& channel(int from) { return reinterpret_cast<Channel*>(this + 1)[from]; }
-  std::byte* ringOf(int from) {
-    auto* rings = reinterpret_cast<std::byte*>(reinterpret_cast<Channel*>(this + 1) + header.size);
-    return rings + header.ring_bytes * static_cast<size_t>(from);
-  }
-};
-
-namespace {
-
-// Segments are mapped with MAP_POPULATE, by their owner and by every peer: a ring's pages would
-// otherwise fault in one by one the first time messages pass through them (measured: 16 KiB
-// allreduces at 2 ranks took 20 us each for the first 64 calls, 2.5 us afterwards).
-
-// Creates, sizes and maps a new segment; returns its name.
-std::pair<std::string, void*> createSegment(size_t bytes) {
-  static std::atomic<uint64_t> counter{0};
-  for (int attempt = 0; attempt < 16; ++attempt) {
-    std::string name = "/hora." + std::to_string(::getpid()) + "." + std::to_string(counter++);
-    const int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-    if (fd < 0 && errno == EEXIST) continue;
-    if (fd < 0) throw InternalError("shm_open(" + name + ") failed: " + std::strerror(errno));
-    void* p = MAP_FAILED;
-    if (::ftruncate(fd, static_cast<off_t>(bytes)) == 0)
-      p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-    const int error = errno;
-    ::close(fd);
-    if (p == MAP_FAILED) {
-      ::shm_unlink(name.c_str());
-      throw InternalError("cannot make a shared-memory segment of " + std::to_string(bytes) + " bytes (" + name +
-                          "): " + std::strerror(error) + " (is /dev/shm full?)");
-    }
-    return {name, p};
-  }
-  throw InternalError("cannot find a free shared-memory segment name");
-}
-
-void* mapSegment(const std::string& name, size_t bytes, int peer) {
-  const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
-  if (fd < 0) {
-    throw PeerError("cannot open rank " + std::to_string(peer) + "'s shared-memory segment " + name + ": " +
-                    std::strerror(errno) + " (is it on another host, or in another /dev/shm? HORA_TRANSPORT=tcp)");
-  }
-  struct stat st {};
-  void* p = MAP_FAILED;
-  if (::fstat(fd, &st) == 0 && static_cast<size_t>(st.st_size) == bytes)
-    p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  ::close(fd);
-  if (p == MAP_FAILED) {
-    throw PeerError("cannot map rank " + std::to_string(peer) + "'s shared-memory segment " + name +
-                    " (size " + std::to_string(st.st_size) + ", expected " + std::to_string(bytes) + ")");
-  }
-  return p;
-}
-
-}  // namespace
 
 ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std::vector<int> members,
                            const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline)
@@ -221,10 +133,10 @@ void ShmTransport::fail(Error error) {
   rethrowAs(error);
 }
 
-ShmTransport::Channel& ShmTransport::outgoing(int peer) const {
+Channel& ShmTransport::outgoing(int peer) const {
   return inboxes_[static_cast<size_t>(peer)]->channel(slot_[static_cast<size_t>(rank_)]);
 }
-ShmTransport::Channel& ShmTransport::incoming(int peer) const {
+Channel& ShmTransport::incoming(int peer) const {
   return inboxes_[static_cast<size_t>(rank_)]->channel(slot_[static_cast<size_t>(peer)]);
 }
 

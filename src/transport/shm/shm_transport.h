@@ -37,6 +37,9 @@ struct ShmOptions {
   std::string key_prefix;                      // of the store keys, as the TCP mesh's
 };
 
+struct Inbox;    // a mapped segment (inbox.h)
+struct Channel;  // one ring buffer in it
+
 class ShmTransport final : public Transport, public PeerGroup {
  public:
   // `peers`: the connected TCP mesh, one entry per rank of the communicator (empty for this rank
@@ -69,8 +72,6 @@ class ShmTransport final : public Transport, public PeerGroup {
   bool finishIdle(std::span<const pollfd> fds) override;
   void breakWith(const Error& error) override { broken_ = error; }
 
-  struct Inbox;    // a mapped segment (.cc)
-  struct Channel;  // one ring buffer in it
 
  private:
   struct Lane : LaneBase {
