@@ -77,11 +77,17 @@ code=$?
 check "uneven hosts 3+1: the flat ring instead, correct (code $code)" $?
 
 # A link cut in the middle of a stream of allreduces: every rank fails with an error naming a
-# peer within the timeout plus the failure report, and horarun ends; nothing hangs.
-run -np 4 -H "$h1:2,$h2:2" -x HORA_TIMEOUT_SECONDS=3 "$bench" allreduce -b 8M -e 8M -n 100000 -w 0 -c 0 \
-  >"$tmp/out" 2>&1 &
+# peer within the timeout plus the failure report, and horarun ends; nothing hangs. The cut
+# waits until every rank runs collectives (on a loaded machine the remote ranks' ssh start can
+# take seconds).
+run -np 4 -H "$h1:2,$h2:2" -x HORA_TIMEOUT_SECONDS=5 -x HORA_LOG_LEVEL=info "$bench" allreduce -b 8M -e 8M \
+  -n 100000 -w 0 -c 0 >"$tmp/out" 2>&1 &
 runner=$!
-sleep 3
+for _ in $(seq 1 300); do
+  [ "$(grep -c "hierarchical collectives ready" "$tmp/out")" -ge 4 ] && break
+  sleep 0.1
+done
+sleep 1
 ip link set "hv${HOSTS_ID}h2" down
 cut_at=$SECONDS
 wait "$runner"; code=$?
