@@ -292,6 +292,7 @@ using collectives::OpKind;
 std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   const auto env = common::Env::fromProcess();
   const CommunicatorOptions options = common::communicatorOptionsFrom(env);
+  common::applyLogLevel(env);
   const Identity identity = common::identityFrom(env);
   RendezvousOptions rendezvous = common::rendezvousOptionsFrom(env, identity.size);
   // Every rank creates its communicators in the same order, so numbering them per process gives
