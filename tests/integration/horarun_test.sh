@@ -136,9 +136,9 @@ sleep 0.5
 "$horarun" -np 1 --timeline-filename /tmp/x.json --cycle-time-ms 2 --fusion-threshold-mb 1 --cache-capacity 8 --no-stall-check --log-level error \
   sh -c 'echo "$HORA_TIMELINE $HORA_CYCLE_TIME $HORA_FUSION_THRESHOLD $HORA_CACHE_CAPACITY $HORA_STALL_CHECK_TIME_SECONDS $HORA_LOG_LEVEL"' >"$tmp/out" 2>&1
 grep -q "/tmp/x.json 2.000000 1048576 8 0 error" "$tmp/out"; check "knob flags set their HORA_* variables" $?
-"$horarun" -np 2 --knob HORA_SPIN_MICROSECONDS=7 --knob HOROVOD_BUCKET_BYTES=2M \
-  sh -c 'echo "$HORA_SPIN_MICROSECONDS $HORA_BUCKET_BYTES $HOROVOD_BUCKET_BYTES."' >"$tmp/out" 2>&1
-[ "$(sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort | uniq -c | tr -s ' ')" = " 2 7 2M ." ]
+"$horarun" -np 2 --knob HORA_SPIN_MICROSECONDS=7 --knob HOROVOD_CYCLE_TIME=3 \
+  sh -c 'echo "$HORA_SPIN_MICROSECONDS $HORA_CYCLE_TIME $HOROVOD_CYCLE_TIME."' >"$tmp/out" 2>&1
+[ "$(sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort | uniq -c | tr -s ' ')" = " 2 7 3 ." ]
 check "--knob NAME=VALUE (or its HOROVOD_* alias) reaches every rank as its HORA_* variable" $?
 # Two host names of this machine: to hora two hosts, which shared memory alone cannot join.
 "$horarun" -np 2 -H localhost:1,127.0.0.1:1 --knob HORA_TRANSPORT=shm "$bench" allreduce -b 4 -e 4 -n 1 -w 0 >"$tmp/out" 2>&1
