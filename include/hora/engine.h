@@ -79,6 +79,8 @@ class HORA_API Handle {
   std::shared_ptr<State> state_;
 };
 
+// The initializers mirror the knob registry's defaults, and a test fails when they differ (Note
+// [one source for defaults] in src/common/knobs.h).
 struct HORA_API EngineOptions {
   std::chrono::microseconds cycle_time{1000};  // HORA_CYCLE_TIME (ms): idle housekeeping period
   size_t fusion_threshold = 128u << 20;       // HORA_FUSION_THRESHOLD (bytes)
@@ -90,6 +92,7 @@ struct HORA_API EngineOptions {
   bool timeline_mark_cycles = false;          // HORA_TIMELINE_MARK_CYCLES
   bool timeline_all_ranks = false;            // HORA_TIMELINE_ALL_RANKS: a file per rank
   static EngineOptions fromEnvironment();
+  bool operator==(const EngineOptions&) const = default;
 };
 
 // Counters of the engine thread, for benchmarks and tests.

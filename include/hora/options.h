@@ -1,6 +1,7 @@
 // Options structs for communicators and collectives (one struct per concern instead of long
-// argument lists). Defaults of CommunicatorOptions come from the knob registry
-// (HORA_TIMEOUT_SECONDS, ...) when built by CommunicatorOptions::fromEnvironment().
+// argument lists). The defaults of CommunicatorOptions are the knob registry's
+// (HORA_TIMEOUT_SECONDS, ...; docs/knobs.md): its initializers mirror them, and a test fails when
+// the two differ (Note [one source for defaults] in src/common/knobs.h).
 #pragma once
 
 #include <chrono>
@@ -58,7 +59,10 @@ struct CommunicatorOptions {
   HierarchyChoice hierarchical_allgather = HierarchyChoice::kAuto;
   HierarchyChoice hierarchical_broadcast = HierarchyChoice::kAuto;
 
+  // The options the environment's HORA_* variables give (the registry's defaults for unset ones);
+  // like Communicator::fromEnvironment, it applies HORA_LOG_LEVEL to this process.
   static HORA_API CommunicatorOptions fromEnvironment();
+  bool operator==(const CommunicatorOptions&) const = default;
 };
 
 }  // namespace hora

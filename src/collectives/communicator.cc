@@ -172,6 +172,7 @@ using detail::OpKind;
 std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   const auto env = common::Env::fromProcess();
   const CommunicatorOptions options = common::communicatorOptionsFrom(env);
+  common::applyLogLevel(env);
   const Identity identity = common::identityFrom(env);
   const RendezvousOptions job = common::rendezvousOptionsFrom(env, identity.size);
   return create(identity, bootstrap::nextCommunicator(job, identity.rank), options);

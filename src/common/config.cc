@@ -89,27 +89,17 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
   o.hierarchical = hierarchy("HORA_HIERARCHICAL_ALLREDUCE");
   o.hierarchical_allgather = hierarchy("HORA_HIERARCHICAL_ALLGATHER");
   o.hierarchical_broadcast = hierarchy("HORA_HIERARCHICAL_BROADCAST");
-  const std::string level = env.getString("HORA_LOG_LEVEL");
-  if (!setLogLevel(level))
-    throw InvalidArgumentError("HORA_LOG_LEVEL='" + level +
-                               "' is invalid: expected trace, debug, info, warning, error or fatal");
   return o;
 }
 
-EngineOptions engineOptionsFrom(const Env& env) {
-  EngineOptions o;
-  o.cycle_time = std::chrono::microseconds(
-      static_cast<int64_t>(env.getDouble("HORA_CYCLE_TIME", 0.0, 60000.0) * 1000));
-  o.fusion_threshold = static_cast<size_t>(env.getBytes("HORA_FUSION_THRESHOLD", 0, int64_t{1} << 40));
-  o.bucket_bytes = static_cast<size_t>(env.getBytes("HORA_BUCKET_BYTES", 0, int64_t{1} << 40));
-  o.cache_capacity = static_cast<int>(env.getInt("HORA_CACHE_CAPACITY", 0, 1 << 20));
-  o.stall_check = std::chrono::seconds(env.getInt("HORA_STALL_CHECK_TIME_SECONDS", 0, 1 << 30));
-  o.stall_shutdown = std::chrono::seconds(env.getInt("HORA_STALL_SHUTDOWN_TIME_SECONDS", 0, 1 << 30));
-  o.timeline = env.getString("HORA_TIMELINE");
-  o.timeline_mark_cycles = env.getBool("HORA_TIMELINE_MARK_CYCLES");
-  o.timeline_all_ranks = env.getBool("HORA_TIMELINE_ALL_RANKS");
-  return o;
+spdlog::level::level_enum logLevelFrom(const Env& env) {
+  const std::string level = env.getString("HORA_LOG_LEVEL");
+  if (auto parsed = parseLogLevel(level)) return *parsed;
+  throw InvalidArgumentError("HORA_LOG_LEVEL='" + level +
+                             "' is invalid: expected trace, debug, info, warning, error or fatal");
 }
+
+void applyLogLevel(const Env& env) { setLogLevel(logLevelFrom(env)); }
 
 RendezvousOptions rendezvousOptionsFrom(const Env& env, int size) {
   RendezvousOptions r;
@@ -173,12 +163,11 @@ void Identity::validate() const {
     bad("cross_rank (HORA_CROSS_RANK) " + s(cross_rank) + " outside [0, " + s(cross_size) + ")");
 }
 
-EngineOptions EngineOptions::fromEnvironment() {
-  return common::engineOptionsFrom(common::Env::fromProcess());
-}
-
 CommunicatorOptions CommunicatorOptions::fromEnvironment() {
-  return common::communicatorOptionsFrom(common::Env::fromProcess());
+  const auto env = common::Env::fromProcess();
+  CommunicatorOptions options = common::communicatorOptionsFrom(env);
+  common::applyLogLevel(env);
+  return options;
 }
 
 }  // namespace hora

@@ -141,6 +141,12 @@ const KnobSpec& knob(std::string_view name) {
   throw InternalError("undeclared knob " + std::string(name) + " (add it to kKnobs)");
 }
 
+const KnobSpec* findKnob(std::string_view name) {
+  for (const auto& k : kKnobs)
+    if (k.name == name || (!k.horovod_alias.empty() && k.horovod_alias == name)) return &k;
+  return nullptr;
+}
+
 std::string knobsMarkdown() {
   std::ostringstream s;
   s << "| variable | default | Horovod alias | meaning |\n| --- | --- | --- | --- |\n";

@@ -1,11 +1,23 @@
 // The one registry of HORA_* environment variables, and the only code that reads the process
 // environment.
 //
-// Every variable hora reads is declared once in kKnobs (knobs.cc) with its type, default,
-// Horovod alias and help text; docs/knobs.md and `horarun --help` are generated from that table.
+// Every variable hora reads is declared once in kKnobs (knobs.cc) with its group, default,
+// Horovod alias and help text (its type is the getter its reader calls); docs/knobs.md and `horarun --help` are generated from that table.
 // Env is an immutable snapshot taken once (at Communicator creation); typed getters validate the
 // value and throw InvalidArgumentError naming the variable. A HOROVOD_* alias is accepted with a
 // one-line notice when the HORA_* name is unset.
+//
+// Note [one source for defaults]: a default is decided here, in kKnobs, and nowhere else. The
+// option structs (CommunicatorOptions, EngineOptions) keep member initializers so that they stay
+// plain aggregates a caller can fill field by field, but those initializers are a mirror, not a
+// second decision: a unit test (tests/cpp/config_test.cc, KnobDefaults.*) parses an empty
+// environment and requires the result to equal a default-constructed struct (the structs have a
+// defaulted operator==, so a new field is compared without anyone remembering to). Structs built
+// only from those (ShmOptions, from CommunicatorOptions) take their defaults from them. The
+// launcher-set knobs (HORA_RENDEZVOUS_ADDR, ...) have no default a struct could mirror: a job of
+// more than one rank must set them. horarun's named flags are a table of (flag, knob,
+// conversion) checked against this registry (launcher/knob_flags.h), and `horarun --knob
+// NAME=VALUE` reaches every tuning knob.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +44,8 @@ struct KnobSpec {
 
 std::span<const KnobSpec> allKnobs();
 const KnobSpec& knob(std::string_view name);  // throws InternalError for an undeclared name
+// The knob called `name` or whose Horovod alias is `name`; nullptr when there is none.
+const KnobSpec* findKnob(std::string_view name);
 
 // A markdown table of every knob (docs/knobs.md).
 std::string knobsMarkdown();

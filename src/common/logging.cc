@@ -18,20 +18,19 @@ spdlog::logger& logger() {
   return *instance;
 }
 
-bool setLogLevel(std::string_view level) {
+std::optional<spdlog::level::level_enum> parseLogLevel(std::string_view level) {
   using L = spdlog::level::level_enum;
-  L value;
-  if (level == "trace") value = L::trace;
-  else if (level == "debug") value = L::debug;
-  else if (level == "info") value = L::info;
-  else if (level == "warning" || level == "warn") value = L::warn;
-  else if (level == "error") value = L::err;
-  else if (level == "fatal" || level == "critical") value = L::critical;
-  else if (level == "off") value = L::off;
-  else return false;
-  logger().set_level(value);
-  return true;
+  if (level == "trace") return L::trace;
+  if (level == "debug") return L::debug;
+  if (level == "info") return L::info;
+  if (level == "warning" || level == "warn") return L::warn;
+  if (level == "error") return L::err;
+  if (level == "fatal" || level == "critical") return L::critical;
+  if (level == "off") return L::off;
+  return std::nullopt;
 }
+
+void setLogLevel(spdlog::level::level_enum level) { logger().set_level(level); }
 
 void setLogRank(int rank) {
   logger().set_pattern("[hora %H:%M:%S.%e %L rank " + std::to_string(rank) + "] %v");

@@ -1,19 +1,21 @@
 // Logging through spdlog, one logger named "hora" writing to stderr.
 //
 // Lines look like `[hora 12:00:00.123 W rank 3] message`. The level comes from HORA_LOG_LEVEL
-// (setLogLevel); the rank tag from setLogRank once a process knows its rank. Thread-safe.
+// (applyLogLevel in config.h); the rank tag from setLogRank once a process knows its rank. Thread-safe.
 #pragma once
 
 #include <spdlog/spdlog.h>
 
+#include <optional>
 #include <string_view>
 
 namespace hora::common {
 
 spdlog::logger& logger();
-// Accepts trace, debug, info, warning (or warn), error, fatal (or critical), off.
-// Returns false for anything else.
-bool setLogLevel(std::string_view level);
+// Accepts trace, debug, info, warning (or warn), error, fatal (or critical), off; nullopt for
+// anything else.
+std::optional<spdlog::level::level_enum> parseLogLevel(std::string_view level);
+void setLogLevel(spdlog::level::level_enum level);
 void setLogRank(int rank);
 
 }  // namespace hora::common

@@ -5,6 +5,7 @@
 
 #include "common/config.h"
 #include "common/knobs.h"
+#include "expect_error.h"
 #include "harness.h"
 #include "hora/c_api.h"
 #include "hora/errors.h"
@@ -14,16 +15,6 @@ namespace hora::testing {
 namespace {
 
 using namespace std::chrono_literals;
-
-template <typename F>
-void expectInvalid(F f, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no InvalidArgumentError (wanted one mentioning '" << needle << "')";
-  } catch (const InvalidArgumentError& e) {
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
 
 TEST(Api, BadArgumentsAreTypedErrorsNamingTheArgumentAndLeaveTheCommunicatorUsable) {
   runThreads(2, [](Communicator& c) {

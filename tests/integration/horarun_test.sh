@@ -136,6 +136,24 @@ sleep 0.5
 "$horarun" -np 1 --timeline-filename /tmp/x.json --cycle-time-ms 2 --fusion-threshold-mb 1 --cache-capacity 8 --no-stall-check --log-level error \
   sh -c 'echo "$HORA_TIMELINE $HORA_CYCLE_TIME $HORA_FUSION_THRESHOLD $HORA_CACHE_CAPACITY $HORA_STALL_CHECK_TIME_SECONDS $HORA_LOG_LEVEL"' >"$tmp/out" 2>&1
 grep -q "/tmp/x.json 2.000000 1048576 8 0 error" "$tmp/out"; check "knob flags set their HORA_* variables" $?
+"$horarun" -np 2 --knob HORA_SPIN_MICROSECONDS=7 --knob HOROVOD_CYCLE_TIME=3 \
+  sh -c 'echo "$HORA_SPIN_MICROSECONDS $HORA_CYCLE_TIME $HOROVOD_CYCLE_TIME."' >"$tmp/out" 2>&1
+[ "$(sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort | uniq -c | tr -s ' ')" = " 2 7 3 ." ]
+check "--knob NAME=VALUE (or its HOROVOD_* alias) reaches every rank as its HORA_* variable" $?
+# Two host names of this machine: to hora two hosts, which shared memory alone cannot join.
+"$horarun" -np 2 -H localhost:1,127.0.0.1:1 --knob HORA_TRANSPORT=shm "$bench" allreduce -b 4 -e 4 -n 1 -w 0 >"$tmp/out" 2>&1
+code=$?
+[ "$code" != 0 ] && grep -q "HORA_TRANSPORT=shm: the 2 ranks span 2 hosts" "$tmp/out"
+check "a --knob value is the ranks' configuration (code $code)" $?
+expect_refusal "--knob refuses a name the registry does not hold, naming it" "--knob HORA_NO_SUCH_KNOB: no such knob" \
+  --knob HORA_NO_SUCH_KNOB=1 -np 1 true
+expect_refusal "--knob refuses a variable horarun sets per rank, naming it" "--knob HORA_RANK: horarun sets it" \
+  --knob HORA_RANK=1 -np 1 true
+expect_refusal "--knob refuses a value the ranks would refuse, naming it" "HORA_TRANSPORT='pigeon'" \
+  --knob HORA_TRANSPORT=pigeon -np 1 true
+expect_refusal "a knob set twice is refused" "HORA_CYCLE_TIME is set twice" --cycle-time-ms 2 --knob HORA_CYCLE_TIME=3 -np 1 true
+"$horarun" --help >"$tmp/out" 2>&1
+grep -q -- "--knob" "$tmp/out" && grep -q "docs/knobs.md" "$tmp/out"; check "--help lists --knob and points to docs/knobs.md" $?
 
 for n in 1 2 3 4 5 6 7 8; do
   "$horarun" -np $n "$bench" allreduce -b 4 -e 64K -f 64 -c 1 -n 2 -w 1 >"$tmp/out" 2>&1; code=$?

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "hora/errors.h"
+#include "hora/options.h"
 #include "rendezvous/store.h"
 #include "transport/peer_group.h"
 #include "transport/peer_lanes.h"
@@ -31,10 +32,11 @@
 
 namespace hora::transport::shm {
 
+// Built from CommunicatorOptions, whose defaults (the knob registry's) it takes.
 struct ShmOptions {
-  size_t chunk_bytes = 256 * 1024;             // largest piece handed to a collective at once
-  std::chrono::microseconds spin{50};          // retry (yielding) this long before sleeping
-  std::string key_prefix;                      // of the store keys, as the TCP mesh's
+  size_t chunk_bytes = CommunicatorOptions{}.chunk_bytes;  // largest piece handed to a collective at once
+  std::chrono::microseconds spin = CommunicatorOptions{}.shm_spin;  // retry (yielding) this long before sleeping
+  std::string key_prefix;  // of the store keys, as the TCP mesh's
 };
 
 struct Inbox;    // a mapped segment (inbox.h)

@@ -1,0 +1,48 @@
+// horarun's command line: its flags, their checks, and the variables every rank gets from them.
+//
+// The flags that set a knob are in knob_flags.h; these are the launcher's own (ranks, hosts,
+// ssh, timeouts, output) and the command to run.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "launcher/remote.h"
+
+namespace hora::launcher {
+
+inline constexpr const char* kVersion = "0.1.0";
+
+struct JobFlags {
+  int np = 0;
+  std::string hosts, hostfile;
+  SshOptions ssh;
+  std::string network_interface;  // HORA_IFACE, from --network-interface or --knob HORA_IFACE
+  double start_timeout = 60;
+  double grace_seconds = 3;
+  std::string output_dir;
+  std::vector<std::string> exports;          // of -x: VAR=value, or VAR to pass through
+  std::map<std::string, std::string> knobs;  // HORA_* tuning knobs, from the knob flags
+  bool verbose = false;
+  bool mpi = false;
+  std::vector<std::string> command;  // the program and its arguments
+};
+
+// What horarun was asked to do.
+struct CommandLine {
+  enum class Action { kRun, kPrintKnobs, kCheckBuild, kExit };
+  Action action = Action::kRun;
+  int exit_code = 0;  // kExit: already reported (--help, --version, or a refusal on stderr)
+  JobFlags job;       // kRun
+};
+
+// Parses horarun's arguments. A refused flag or value is reported on stderr, naming it, and
+// gives kExit with code 2 (or CLI11's code for what CLI11 itself refuses).
+CommandLine parseCommandLine(int argc, char** argv);
+
+// The variables every rank gets besides those horarun sets per rank: the knobs, then the -x
+// variables (which win over a knob of the same name).
+std::map<std::string, std::string> workerEnvironment(const JobFlags& job);
+
+}  // namespace hora::launcher
