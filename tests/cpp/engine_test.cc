@@ -247,7 +247,7 @@ TEST(Engine, AllgatherAlltoallBroadcastReducescatter) {
     std::vector<int64_t> gathered;
     Request g;
     g.name = "gather";
-    g.op = Collective::kAllgather;
+    g.op = CollectiveKind::kAllgather;
     g.type = DataType::kInt64;
     g.shape = {r + 1, 2};
     g.input = rows.data();
@@ -265,7 +265,7 @@ TEST(Engine, AllgatherAlltoallBroadcastReducescatter) {
     std::vector<int64_t> received;
     Request a;
     a.name = "a2a";
-    a.op = Collective::kAlltoall;
+    a.op = CollectiveKind::kAlltoall;
     a.type = DataType::kInt64;
     a.shape = {static_cast<int64_t>(send.size())};
     a.splits = splits;
@@ -279,7 +279,7 @@ TEST(Engine, AllgatherAlltoallBroadcastReducescatter) {
     std::vector<float> src(5, static_cast<float>(r * 10)), dst(5, -1);
     Request b;
     b.name = "bcast";
-    b.op = Collective::kBroadcast;
+    b.op = CollectiveKind::kBroadcast;
     b.type = DataType::kFloat32;
     b.shape = {5};
     b.root = 1;
@@ -290,7 +290,7 @@ TEST(Engine, AllgatherAlltoallBroadcastReducescatter) {
     std::vector<float> full(7, 1.0f), part;
     Request s;
     s.name = "rs";
-    s.op = Collective::kReducescatter;
+    s.op = CollectiveKind::kReducescatter;
     s.type = DataType::kFloat32;
     s.shape = {7, 1};
     s.input = full.data();
@@ -367,18 +367,18 @@ TEST(Engine, EveryMismatchFailsOnEveryRankWithOneMessage) {
             "Mismatched shapes for tensor 'w' across ranks: ranks 0, 2: [8]; rank 1: [4, 2]");
   expectAll(mismatch([](Request& q, int r) { if (r == 2) q.type = DataType::kFloat16; }),
             "Mismatched data types for tensor 'w' across ranks: ranks 0, 1: float32; rank 2: float16");
-  expectAll(mismatch([](Request& q, int r) { if (r == 0) q.op = Collective::kAllgather; }),
+  expectAll(mismatch([](Request& q, int r) { if (r == 0) q.op = CollectiveKind::kAllgather; }),
             "Mismatched collective operations for tensor 'w' across ranks: rank 0: allgather; ranks 1, 2: allreduce");
   expectAll(mismatch([](Request& q, int r) { q.reduce.op = r == 1 ? ReduceOp::kMax : ReduceOp::kSum; }),
             "Mismatched reduce operations for tensor 'w'");
   expectAll(mismatch([](Request& q, int r) { q.reduce.postscale = r == 0 ? 2.0 : 1.0; }),
             "Mismatched scale factors for tensor 'w'");
   expectAll(mismatch([](Request& q, int r) {
-              q.op = Collective::kAllgather;
+              q.op = CollectiveKind::kAllgather;
               q.shape = r == 1 ? std::vector<int64_t>{2, 4} : std::vector<int64_t>{r + 1, 8};
             }),
             "Mismatched shapes (beyond the first dimension) for tensor 'w' across ranks: ranks 0, 2: [*, 8]; rank 1: [*, 4]");
-  expectAll(mismatch([](Request& q, int r) { q.op = Collective::kBroadcast; q.root = r == 2 ? 1 : 0; }),
+  expectAll(mismatch([](Request& q, int r) { q.op = CollectiveKind::kBroadcast; q.root = r == 2 ? 1 : 0; }),
             "Mismatched root ranks for tensor 'w' across ranks: ranks 0, 1: 0; rank 2: 1");
 }
 
@@ -474,7 +474,7 @@ TEST(Engine, TimelineOfEveryRankIsValidChromeTraceJson) {
     std::vector<float> big(300000, 1.0f), gathered;
     Request g;
     g.name = "gathered";
-    g.op = Collective::kAllgather;
+    g.op = CollectiveKind::kAllgather;
     g.shape = {static_cast<int64_t>(big.size())};
     g.input = big.data();
     g.allocate_output = [&](const std::vector<int64_t>& shape) {
@@ -640,7 +640,7 @@ TEST(Engine, JoinFailsOtherCollectivesWhileARankHasJoinedThenCompletes) {
       std::vector<float> x(4, 1.0f);
       Request b;
       b.name = "weights";
-      b.op = Collective::kBroadcast;
+      b.op = CollectiveKind::kBroadcast;
       b.shape = {4};
       b.input = b.output = x.data();
       try {
@@ -711,7 +711,7 @@ TEST(Engine, ProcessSetsNegotiateApartAndDoNotBlockEachOther) {
       std::vector<int32_t> v(3, r);
       Request b;
       b.name = "from.set.root";
-      b.op = Collective::kBroadcast;
+      b.op = CollectiveKind::kBroadcast;
       b.type = DataType::kInt32;
       b.shape = {3};
       b.input = b.output = v.data();
