@@ -292,7 +292,7 @@ int main(int argc, char** argv) {
   int check = 1;
   std::vector<std::string> ops;
   for (CollectiveKind k : kBenchmarked) ops.emplace_back(hora::toString(k));
-  app.add_option("op", cfg.op_name, "allreduce, allgather, broadcast, reducescatter or alltoall")->required()
+  app.add_option("op", cfg.op_name, "The collective to time")->required()
       ->check(CLI::IsMember(ops));
   app.add_option("-b,--minbytes", min_size, "Smallest size in bytes (K, M, G suffixes)");
   app.add_option("-e,--maxbytes", max_size, "Largest size in bytes (K, M, G suffixes)");
