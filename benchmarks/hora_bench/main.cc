@@ -24,14 +24,18 @@
 
 namespace {
 
+using hora::CollectiveKind;
 using hora::DataType;
 using hora::ReduceOp;
 using Clock = std::chrono::steady_clock;
 
-enum class Op { kAllreduce, kAllgather, kBroadcast, kReducescatter, kAlltoall };
+// The collectives hora-bench times; join and barrier move no data.
+constexpr CollectiveKind kBenchmarked[] = {CollectiveKind::kAllreduce, CollectiveKind::kAllgather,
+                                           CollectiveKind::kBroadcast, CollectiveKind::kReducescatter,
+                                           CollectiveKind::kAlltoall};
 
 struct Config {
-  Op op = Op::kAllreduce;
+  CollectiveKind op = CollectiveKind::kAllreduce;
   std::string op_name;
   int64_t min_bytes = 8, max_bytes = 64 << 20;
   double factor = 2;
@@ -43,10 +47,10 @@ struct Config {
   std::string json;
 };
 
-double busFactor(Op op, int n) {
+double busFactor(CollectiveKind op, int n) {
   switch (op) {
-    case Op::kAllreduce: return 2.0 * (n - 1) / n;
-    case Op::kBroadcast: return 1.0;
+    case CollectiveKind::kAllreduce: return 2.0 * (n - 1) / n;
+    case CollectiveKind::kBroadcast: return 1.0;
     default: return static_cast<double>(n - 1) / n;
   }
 }
@@ -108,10 +112,11 @@ class Case {
     per_rank_ = count_ / un;
     counts_.assign(un, per_rank_);
     switch (cfg.op) {
-      case Op::kAllreduce: case Op::kBroadcast: in_elems_ = out_elems_ = count_; break;
-      case Op::kAllgather: in_elems_ = per_rank_; out_elems_ = per_rank_ * un; break;
-      case Op::kReducescatter: in_elems_ = per_rank_ * un; out_elems_ = per_rank_; break;
-      case Op::kAlltoall: in_elems_ = out_elems_ = per_rank_ * un; break;
+      case CollectiveKind::kAllreduce: case CollectiveKind::kBroadcast: in_elems_ = out_elems_ = count_; break;
+      case CollectiveKind::kAllgather: in_elems_ = per_rank_; out_elems_ = per_rank_ * un; break;
+      case CollectiveKind::kReducescatter: in_elems_ = per_rank_ * un; out_elems_ = per_rank_; break;
+      case CollectiveKind::kAlltoall: in_elems_ = out_elems_ = per_rank_ * un; break;
+      default: throw hora::InvalidArgumentError("hora-bench does not time " + std::string(hora::toString(cfg.op)));
     }
     in_.resize(std::max<size_t>(in_elems_ * elem_, 1));
     out_.resize(std::max<size_t>(std::max(out_elems_, in_elems_) * elem_, 1));
@@ -126,23 +131,24 @@ class Case {
     std::byte* out = out_.data();
     const auto me = static_cast<size_t>(c_.rank());
     switch (cfg_.op) {
-      case Op::kAllreduce: c_.allreduce(in, in_place ? in : out, count_, cfg_.type, {cfg_.redop}); break;
-      case Op::kBroadcast: c_.broadcast(in, count_, cfg_.type, cfg_.root); break;
-      case Op::kAllgather:
+      case CollectiveKind::kAllreduce: c_.allreduce(in, in_place ? in : out, count_, cfg_.type, {cfg_.redop}); break;
+      case CollectiveKind::kBroadcast: c_.broadcast(in, count_, cfg_.type, cfg_.root); break;
+      case CollectiveKind::kAllgather:
         // In place: this rank's block already sits at its offset in the output.
         c_.allgather(in_place ? out + me * per_rank_ * elem_ : in, per_rank_, out, counts_, cfg_.type);
         break;
-      case Op::kReducescatter:
+      case CollectiveKind::kReducescatter:
         c_.reducescatter(in, in_place ? in + me * per_rank_ * elem_ : out, counts_, cfg_.type, {cfg_.redop});
         break;
-      case Op::kAlltoall: c_.alltoall(in, counts_, out, counts_, cfg_.type); break;
+      case CollectiveKind::kAlltoall: c_.alltoall(in, counts_, out, counts_, cfg_.type); break;
+      default: break;  // refused by the constructor
     }
   }
 
   // Runs once on fresh inputs and counts wrong elements on this rank.
   int64_t check(bool in_place) {
     fill();
-    if (cfg_.op == Op::kAllgather && in_place) {
+    if (cfg_.op == CollectiveKind::kAllgather && in_place) {
       const auto me = static_cast<size_t>(c_.rank());
       for (size_t i = 0; i < per_rank_; ++i)
         store(cfg_.type, out_.data(), me * per_rank_ + i, valueOf(c_.rank(), i, cfg_.redop));
@@ -156,25 +162,26 @@ class Case {
       if (std::fabs(have - want) > (floating ? 1e-2 * std::max(1.0, std::fabs(want)) : 0)) ++wrong;
     };
     switch (cfg_.op) {
-      case Op::kAllreduce:
+      case CollectiveKind::kAllreduce:
         for (size_t i = 0; i < count_; ++i) expect(in_place ? in_.data() : out_.data(), i, reduced(cfg_.redop, n_, i, floating));
         break;
-      case Op::kBroadcast:
+      case CollectiveKind::kBroadcast:
         for (size_t i = 0; i < count_; ++i) expect(in_.data(), i, valueOf(cfg_.root, i, cfg_.redop));
         break;
-      case Op::kAllgather:
+      case CollectiveKind::kAllgather:
         for (size_t r = 0; r < static_cast<size_t>(n_); ++r)
           for (size_t i = 0; i < per_rank_; ++i) expect(out_.data(), r * per_rank_ + i, valueOf(static_cast<int>(r), i, cfg_.redop));
         break;
-      case Op::kReducescatter: {
+      case CollectiveKind::kReducescatter: {
         const std::byte* res = in_place ? in_.data() + me * per_rank_ * elem_ : out_.data();
         for (size_t i = 0; i < per_rank_; ++i) expect(res, i, reduced(cfg_.redop, n_, me * per_rank_ + i, floating));
         break;
       }
-      case Op::kAlltoall:
+      case CollectiveKind::kAlltoall:
         for (size_t s = 0; s < static_cast<size_t>(n_); ++s)
           for (size_t i = 0; i < per_rank_; ++i) expect(out_.data(), s * per_rank_ + i, valueOf(static_cast<int>(s), me * per_rank_ + i, cfg_.redop));
         break;
+      default: break;  // refused by the constructor
     }
     return wrong;
   }
@@ -190,7 +197,7 @@ class Case {
     return us;
   }
 
-  bool supportsInPlace() const { return cfg_.op != Op::kAlltoall; }
+  bool supportsInPlace() const { return cfg_.op != CollectiveKind::kAlltoall; }
 
  private:
   hora::Communicator& c_;
@@ -207,7 +214,7 @@ int run(const Config& cfg) {
   const int n = c.size();
   const bool lead = c.rank() == 0;
   const size_t elem = hora::dataTypeSize(cfg.type);
-  const bool reduces = cfg.op == Op::kAllreduce || cfg.op == Op::kReducescatter;
+  const bool reduces = cfg.op == CollectiveKind::kAllreduce || cfg.op == CollectiveKind::kReducescatter;
   if (lead) {
     std::printf("# hora-bench %s: %d ranks, %s, %s, iters %d, warmup %d, check %d\n", cfg.op_name.c_str(), n,
                 std::string(hora::toString(cfg.type)).c_str(),
@@ -223,7 +230,7 @@ int run(const Config& cfg) {
   double busbw_sum = 0;
   int rows_count = 0;
   int64_t wrong_total = 0;
-  const size_t granule = elem * (cfg.op == Op::kAllreduce || cfg.op == Op::kBroadcast ? 1 : static_cast<size_t>(n));
+  const size_t granule = elem * (cfg.op == CollectiveKind::kAllreduce || cfg.op == CollectiveKind::kBroadcast ? 1 : static_cast<size_t>(n));
   for (double b = static_cast<double>(cfg.min_bytes); b <= static_cast<double>(cfg.max_bytes) * 1.0000001;
        b = cfg.factor > 1 ? b * cfg.factor : b + static_cast<double>(cfg.max_bytes)) {
     const size_t bytes = static_cast<size_t>(b) / granule * granule;
@@ -235,7 +242,7 @@ int run(const Config& cfg) {
     char buf[256];
     std::snprintf(buf, sizeof(buf), "  %12zu %12zu %8s %7s %5d", bytes, count, std::string(hora::toString(cfg.type)).c_str(),
                   reduces ? std::string(hora::toString(cfg.redop)).c_str() : "none",
-                  cfg.op == Op::kBroadcast ? cfg.root : -1);
+                  cfg.op == CollectiveKind::kBroadcast ? cfg.root : -1);
     line += buf;
     for (bool in_place : {false, true}) {
       if (in_place && !cs.supportsInPlace()) {
@@ -283,10 +290,9 @@ int main(int argc, char** argv) {
   Config cfg;
   std::string type = "float32", redop = "sum", min_size = "8", max_size = "64M";
   int check = 1;
-  const std::map<std::string, Op> ops{{"allreduce", Op::kAllreduce}, {"allgather", Op::kAllgather},
-                                      {"broadcast", Op::kBroadcast}, {"reducescatter", Op::kReducescatter},
-                                      {"alltoall", Op::kAlltoall}};
-  app.add_option("op", cfg.op_name, "allreduce, allgather, broadcast, reducescatter or alltoall")->required()
+  std::vector<std::string> ops;
+  for (CollectiveKind k : kBenchmarked) ops.emplace_back(hora::toString(k));
+  app.add_option("op", cfg.op_name, "The collective to time")->required()
       ->check(CLI::IsMember(ops));
   app.add_option("-b,--minbytes", min_size, "Smallest size in bytes (K, M, G suffixes)");
   app.add_option("-e,--maxbytes", max_size, "Largest size in bytes (K, M, G suffixes)");
@@ -299,7 +305,7 @@ int main(int argc, char** argv) {
   app.add_option("-c,--check", check, "Check results (0 or 1)")->check(CLI::Range(0, 1));
   app.add_option("--json", cfg.json, "Also write the table as JSON to this file");
   CLI11_PARSE(app, argc, argv);
-  cfg.op = ops.at(cfg.op_name);
+  cfg.op = *hora::parseCollectiveKind(cfg.op_name);  // one of kBenchmarked: checked above
   cfg.check = check == 1;
   auto t = hora::parseDataType(type);
   auto o = hora::parseReduceOp(redop);

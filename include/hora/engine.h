@@ -33,16 +33,6 @@
 
 namespace hora {
 
-enum class Collective : uint8_t {
-  kAllreduce = 0,
-  kAllgather = 1,
-  kBroadcast = 2,
-  kAlltoall = 3,
-  kReducescatter = 4,
-  kJoin = 5,     // see Engine::join
-  kBarrier = 6,  // see Engine::barrier
-};
-
 // Allocates the output of a request whose shape is known only after negotiation (allgather,
 // alltoall, reducescatter); called on the engine thread; returns the data pointer of a tensor of
 // that shape and the request's type.
@@ -50,7 +40,7 @@ using OutputAllocator = std::function<void*(const std::vector<int64_t>& shape)>;
 
 struct Request {
   std::string name;
-  Collective op = Collective::kAllreduce;
+  CollectiveKind op = CollectiveKind::kAllreduce;
   DataType type = DataType::kFloat32;
   std::vector<int64_t> shape;  // dimension 0 may differ between ranks for allgather / alltoall
   const void* input = nullptr;

@@ -1,4 +1,4 @@
-// Element types and reduction operators shared by every layer of hora.
+// Element types, reduction operators and collective kinds shared by every layer of hora.
 //
 // Values are stable: the C ABI (hora/c_api.h) and the wire headers use the same numbers.
 #pragma once
@@ -33,15 +33,32 @@ enum class ReduceOp : int32_t {
 };
 inline constexpr int kNumReduceOps = 5;
 
+// The one name of each collective, for the engine's requests, the negotiation's messages, the
+// wire tag of transport frames (hence one byte), the Python constants and hora-bench.
+enum class CollectiveKind : uint8_t {
+  kAllreduce = 0,
+  kAllgather = 1,
+  kBroadcast = 2,
+  kAlltoall = 3,
+  kReducescatter = 4,
+  kJoin = 5,     // see Engine::join
+  kBarrier = 6,  // see Engine::barrier
+};
+inline constexpr int kNumCollectiveKinds = 7;
+
 // Size of one element in bytes. Throws InvalidArgumentError for a value outside the enum.
 HORA_API size_t dataTypeSize(DataType type);
 HORA_API bool isFloatingPoint(DataType type);
 
 HORA_API std::string_view toString(DataType type);
 HORA_API std::string_view toString(ReduceOp op);
+// "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "join", "barrier".
+HORA_API std::string_view toString(CollectiveKind kind);
 // Parses the names printed by toString ("float32", "sum", ...) and common aliases ("float",
 // "half", "avg", "prod"). Returns nullopt for anything else.
 HORA_API std::optional<DataType> parseDataType(std::string_view name);
 HORA_API std::optional<ReduceOp> parseReduceOp(std::string_view name);
+// Parses the names printed by toString(CollectiveKind); nullopt for anything else.
+HORA_API std::optional<CollectiveKind> parseCollectiveKind(std::string_view name);
 
 }  // namespace hora

@@ -1,3 +1,4 @@
+#include <iterator>
 #include <string>
 
 #include "hora/errors.h"
@@ -9,6 +10,9 @@ constexpr std::string_view kTypeNames[] = {"uint8",    "int8",     "int32",   "i
                                            "float16",  "bfloat16", "float32", "float64"};
 constexpr size_t kTypeSizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
 constexpr std::string_view kOpNames[] = {"sum", "average", "min", "max", "product"};
+constexpr std::string_view kCollectiveNames[] = {"allreduce",     "allgather", "broadcast", "alltoall",
+                                                 "reducescatter", "join",      "barrier"};
+static_assert(std::size(kCollectiveNames) == kNumCollectiveKinds);
 
 int checkedIndex(DataType type) {
   const int i = static_cast<int>(type);
@@ -32,6 +36,11 @@ std::string_view toString(ReduceOp op) {
   return i >= 0 && i < kNumReduceOps ? kOpNames[i] : "unknown";
 }
 
+std::string_view toString(CollectiveKind kind) {
+  const int i = static_cast<int>(kind);
+  return i < kNumCollectiveKinds ? kCollectiveNames[i] : "unknown";
+}
+
 std::optional<DataType> parseDataType(std::string_view name) {
   for (int i = 0; i < kNumDataTypes; ++i)
     if (kTypeNames[i] == name) return static_cast<DataType>(i);
@@ -48,6 +57,12 @@ std::optional<ReduceOp> parseReduceOp(std::string_view name) {
     if (kOpNames[i] == name) return static_cast<ReduceOp>(i);
   if (name == "avg") return ReduceOp::kAverage;
   if (name == "prod") return ReduceOp::kProduct;
+  return std::nullopt;
+}
+
+std::optional<CollectiveKind> parseCollectiveKind(std::string_view name) {
+  for (int i = 0; i < kNumCollectiveKinds; ++i)
+    if (kCollectiveNames[i] == name) return static_cast<CollectiveKind>(i);
   return std::nullopt;
 }
 

@@ -82,9 +82,9 @@ std::vector<RequestMeta> decodeAll(std::span<const uint8_t> bytes) {
     RequestMeta m;
     m.name = in.string(in.get<uint32_t>());
     const auto op = in.get<uint8_t>();
-    if (op > static_cast<uint8_t>(Collective::kBarrier))
+    if (op >= kNumCollectiveKinds)
       throw InternalError("negotiation: unknown collective " + std::to_string(op) + " for '" + m.name + "'");
-    m.op = static_cast<Collective>(op);
+    m.op = static_cast<CollectiveKind>(op);
     m.type = static_cast<DataType>(in.get<int32_t>());
     m.reduce_op = static_cast<ReduceOp>(in.get<int32_t>());
     m.prescale = in.get<double>();
@@ -98,19 +98,6 @@ std::vector<RequestMeta> decodeAll(std::span<const uint8_t> bytes) {
     all.push_back(std::move(m));
   }
   return all;
-}
-
-std::string_view toString(Collective op) {
-  switch (op) {
-    case Collective::kAllreduce: return "allreduce";
-    case Collective::kAllgather: return "allgather";
-    case Collective::kBroadcast: return "broadcast";
-    case Collective::kAlltoall: return "alltoall";
-    case Collective::kReducescatter: return "reducescatter";
-    case Collective::kJoin: return "join";
-    case Collective::kBarrier: return "barrier";
-  }
-  return "unknown";
 }
 
 }  // namespace hora::engine

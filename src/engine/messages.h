@@ -13,7 +13,7 @@ namespace hora::engine {
 
 struct RequestMeta {
   std::string name;
-  Collective op = Collective::kAllreduce;
+  CollectiveKind op = CollectiveKind::kAllreduce;
   DataType type = DataType::kFloat32;
   std::vector<int64_t> shape;
   ReduceOp reduce_op = ReduceOp::kSum;
@@ -33,7 +33,5 @@ struct RequestMeta {
 void encode(const RequestMeta& m, std::vector<uint8_t>& out);
 // Decodes every meta in `bytes`; throws InternalError on malformed input.
 std::vector<RequestMeta> decodeAll(std::span<const uint8_t> bytes);
-
-std::string_view toString(Collective op);
 
 }  // namespace hora::engine

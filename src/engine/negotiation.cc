@@ -41,11 +41,11 @@ std::string validate(const std::string& name, const std::vector<RequestMeta>& by
   };
   std::string d = disagreement(by_rank, [](const RequestMeta& m) { return std::string(toString(m.op)); });
   if (!d.empty()) return mismatch("collective operations", d);
-  const Collective op = by_rank[0].op;
+  const CollectiveKind op = by_rank[0].op;
   d = disagreement(by_rank, [](const RequestMeta& m) { return std::string(toString(m.type)); });
   if (!d.empty()) return mismatch("data types", d);
   // Allgather and alltoall allow the first dimension to differ: compare "[*, d1, d2...]".
-  const bool ragged = op == Collective::kAllgather || op == Collective::kAlltoall;
+  const bool ragged = op == CollectiveKind::kAllgather || op == CollectiveKind::kAlltoall;
   d = disagreement(by_rank, [&](const RequestMeta& m) {
     if (!ragged || m.shape.empty()) return shapeText(m.shape);
     std::string text = "[*";
@@ -53,7 +53,7 @@ std::string validate(const std::string& name, const std::vector<RequestMeta>& by
     return text + "]";
   });
   if (!d.empty()) return mismatch(ragged ? "shapes (beyond the first dimension)" : "shapes", d);
-  if (op == Collective::kAllreduce || op == Collective::kReducescatter) {
+  if (op == CollectiveKind::kAllreduce || op == CollectiveKind::kReducescatter) {
     d = disagreement(by_rank, [](const RequestMeta& m) { return std::string(toString(m.reduce_op)); });
     if (!d.empty()) return mismatch("reduce operations", d);
     d = disagreement(by_rank, [](const RequestMeta& m) {
@@ -63,13 +63,13 @@ std::string validate(const std::string& name, const std::vector<RequestMeta>& by
     });
     if (!d.empty()) return mismatch("scale factors", d);
   }
-  if (op == Collective::kBroadcast) {
+  if (op == CollectiveKind::kBroadcast) {
     d = disagreement(by_rank, [](const RequestMeta& m) { return std::to_string(m.root); });
     if (!d.empty()) return mismatch("root ranks", d);
     if (by_rank[0].root < 0 || by_rank[0].root >= static_cast<int>(by_rank.size()))
       return "Invalid root rank " + std::to_string(by_rank[0].root) + " for tensor '" + name + "'";
   }
-  if (op == Collective::kAlltoall) {
+  if (op == CollectiveKind::kAlltoall) {
     for (size_t r = 0; r < by_rank.size(); ++r) {
       const auto& m = by_rank[r];
       if (m.splits.empty()) continue;
@@ -85,8 +85,8 @@ std::string validate(const std::string& name, const std::vector<RequestMeta>& by
 }
 
 void standIn(Response& r, std::vector<int> joined) {
-  const Collective op = r.metas[0].op;
-  if (r.error.empty() && op != Collective::kAllreduce && op != Collective::kBarrier) {
+  const CollectiveKind op = r.metas[0].op;
+  if (r.error.empty() && op != CollectiveKind::kAllreduce && op != CollectiveKind::kBarrier) {
     std::string ranks;
     for (int x : joined) ranks += (ranks.empty() ? "" : ", ") + std::to_string(x);
     r.error = "Tensor '" + r.name + "': " + std::string(toString(op)) + " cannot run while rank(s) " + ranks +
@@ -107,7 +107,7 @@ void PendingTable::add(int rank, RequestMeta meta, Clock::time_point now) {
     e.duplicate_ranks.push_back(rank);
     return;
   }
-  if (meta.op == Collective::kJoin) {
+  if (meta.op == CollectiveKind::kJoin) {
     joined_[static_cast<size_t>(rank)] = true;
     last_joined_ = rank;
   }
@@ -150,7 +150,7 @@ std::vector<Response> PendingTable::takeReady() {
     for (auto& m : e.by_rank) r.metas.push_back(m ? std::move(*m) : some);
     r.error = validate(r.name, r.metas);
     if (!stand_ins.empty()) standIn(r, std::move(stand_ins));
-    if (r.metas[0].op == Collective::kJoin) {
+    if (r.metas[0].op == CollectiveKind::kJoin) {
       r.last_joined = last_joined_;
       join_done = true;
     }

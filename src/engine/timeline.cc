@@ -1,10 +1,18 @@
 #include "engine/timeline.h"
 
+#include <cctype>
+
 #include <nlohmann/json.hpp>
 
 #include "hora/errors.h"
 
 namespace hora::engine {
+
+std::string eventNameOf(CollectiveKind kind) {
+  std::string out(toString(kind));
+  for (char& c : out) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return out;
+}
 
 std::string timelinePathFor(const std::string& path, int rank, bool all_ranks) {
   if (!all_ranks) return path;

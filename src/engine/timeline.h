@@ -16,11 +16,14 @@
 #include <condition_variable>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include "hora/types.h"
 
 namespace hora::engine {
 
@@ -54,6 +57,33 @@ class Timeline {
   bool first_ = true;  // writer thread only
   std::thread writer_;
 };
+
+// The engine's timeline, if one is open: every call is a no-op while none is. Engine thread only.
+class Tracer {
+ public:
+  void open(std::unique_ptr<Timeline> timeline) { timeline_ = std::move(timeline); }
+  void close() { timeline_.reset(); }  // closes the file
+  bool active() const { return timeline_ != nullptr; }
+
+  void begin(const std::string& tensor, std::string_view event, std::string_view args_json = {}) {
+    if (timeline_) timeline_->begin(tensor, event, args_json);
+  }
+  void end(const std::string& tensor) {
+    if (timeline_) timeline_->end(tensor);
+  }
+  void mark(const std::string& tensor, std::string_view event) {
+    if (timeline_) timeline_->mark(tensor, event);
+  }
+  void cycleStart() {
+    if (timeline_) timeline_->cycleStart();
+  }
+
+ private:
+  std::unique_ptr<Timeline> timeline_;
+};
+
+// A collective's name in timeline events: "ALLREDUCE", as in NEGOTIATE_ALLREDUCE.
+std::string eventNameOf(CollectiveKind kind);
 
 // The file a rank writes: `path` itself for rank 0 alone, or with ".rank<N>" before a ".json"
 // suffix (appended otherwise) when every rank records.

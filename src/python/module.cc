@@ -9,6 +9,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cctype>
 #include <memory>
 #include <mutex>
 
@@ -59,7 +60,7 @@ PyHandle enqueue(const std::string& name, int op, int dtype, std::vector<int64_t
                  std::vector<int64_t> splits, int process_set) {
   hora::Request r;
   r.name = name;
-  r.op = static_cast<hora::Collective>(op);
+  r.op = static_cast<hora::CollectiveKind>(op);
   r.type = static_cast<hora::DataType>(dtype);
   r.shape = std::move(shape);
   r.input = reinterpret_cast<const void*>(input);
@@ -69,8 +70,8 @@ PyHandle enqueue(const std::string& name, int op, int dtype, std::vector<int64_t
   r.splits = std::move(splits);
   r.process_set = process_set;
   std::shared_ptr<std::vector<std::byte>> out;
-  if (r.op == hora::Collective::kAllgather || r.op == hora::Collective::kAlltoall ||
-      r.op == hora::Collective::kReducescatter) {
+  if (r.op == hora::CollectiveKind::kAllgather || r.op == hora::CollectiveKind::kAlltoall ||
+      r.op == hora::CollectiveKind::kReducescatter) {
     out = std::make_shared<std::vector<std::byte>>();
     const size_t elem = hora::dataTypeSize(r.type);
     r.allocate_output = [out, elem](const std::vector<int64_t>& s) -> void* {
@@ -83,13 +84,9 @@ PyHandle enqueue(const std::string& name, int op, int dtype, std::vector<int64_t
   return PyHandle(theEngine().enqueue(std::move(r)), out);
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_core, m) {
-  m.doc() = "hora's engine for Python frontends (tensors cross as data pointers)";
-
-  // Every failure of a collective is a HoraInternalError (Horovod's HorovodInternalError), with
-  // subclasses by kind so that programs can tell a mismatch from a lost peer.
+// Every failure of a collective is a HoraInternalError (Horovod's HorovodInternalError), with
+// subclasses by kind so that programs can tell a mismatch from a lost peer.
+void bindErrors(py::module_& m) {
   static py::exception<hora::Error> base(m, "HoraInternalError", PyExc_RuntimeError);
   static py::exception<hora::MismatchError> mismatch(m, "MismatchError", base.ptr());
   static py::exception<hora::PeerError> peer(m, "PeerError", base.ptr());
@@ -112,7 +109,10 @@ PYBIND11_MODULE(_core, m) {
       PyErr_SetString(base.ptr(), e.what());
     }
   });
+}
 
+// init, shutdown and what describes the running engine.
+void bindLifetime(py::module_& m) {
   m.def("init", [] {
     std::lock_guard lock(engine_mutex);
     if (engine) return;
@@ -142,9 +142,22 @@ PYBIND11_MODULE(_core, m) {
                     py::arg("cached_responses") = s.cached_responses, py::arg("fused_allreduces") = s.fused_allreduces,
                     py::arg("negotiation_seconds") = s.negotiation_seconds);
   });
+  m.def("start_timeline", [](const std::string& path, bool mark_cycles, bool all_ranks) {
+    theEngine().startTimeline(path, mark_cycles, all_ranks);
+  }, py::arg("path"), py::arg("mark_cycles") = false, py::arg("all_ranks") = false);
+  m.def("stop_timeline", [] { theEngine().stopTimeline(); });
+}
+
+// enqueue and its Handle; join and barrier, which wait here.
+void bindRequests(py::module_& m) {
   m.def("enqueue", &enqueue, py::arg("name"), py::arg("op"), py::arg("dtype"), py::arg("shape"), py::arg("input"),
         py::arg("output"), py::arg("reduce_op") = 0, py::arg("prescale") = 1.0, py::arg("postscale") = 1.0,
         py::arg("root") = 0, py::arg("splits") = std::vector<int64_t>{}, py::arg("process_set") = 0);
+  py::class_<PyHandle>(m, "Handle")
+      .def("poll", &PyHandle::poll)
+      .def("wait", &PyHandle::wait, py::arg("timeout_seconds") = 365.0 * 24 * 3600)
+      .def("output_shape", &PyHandle::outputShape)
+      .def("output", &PyHandle::output);
   m.def("join", [](int process_set) {
     auto last = std::make_shared<int32_t>(-1);
     hora::Handle h = theEngine().join(last.get(), process_set);
@@ -159,6 +172,9 @@ PYBIND11_MODULE(_core, m) {
     py::gil_scoped_release release;
     h.wait();
   }, py::arg("process_set") = 0);
+}
+
+void bindProcessSets(py::module_& m) {
   m.def("add_process_set", [](std::vector<int> ranks) {
     py::gil_scoped_release release;
     return theEngine().addProcessSet(std::move(ranks));
@@ -169,29 +185,19 @@ PYBIND11_MODULE(_core, m) {
   });
   m.def("process_set_ranks", [](int id) { return theEngine().processSetRanks(id); });
   m.def("process_set_ids", [] { return theEngine().processSetIds(); });
-  m.def("start_timeline", [](const std::string& path, bool mark_cycles, bool all_ranks) {
-    theEngine().startTimeline(path, mark_cycles, all_ranks);
-  }, py::arg("path"), py::arg("mark_cycles") = false, py::arg("all_ranks") = false);
-  m.def("stop_timeline", [] { theEngine().stopTimeline(); });
+}
 
-  py::class_<PyHandle>(m, "Handle")
-      .def("poll", &PyHandle::poll)
-      .def("wait", &PyHandle::wait, py::arg("timeout_seconds") = 365.0 * 24 * 3600)
-      .def("output_shape", &PyHandle::outputShape)
-      .def("output", &PyHandle::output);
-
-  // The enums' values, so Python never hard-codes them.
-  m.attr("ALLREDUCE") = static_cast<int>(hora::Collective::kAllreduce);
-  m.attr("ALLGATHER") = static_cast<int>(hora::Collective::kAllgather);
-  m.attr("BROADCAST") = static_cast<int>(hora::Collective::kBroadcast);
-  m.attr("ALLTOALL") = static_cast<int>(hora::Collective::kAlltoall);
-  m.attr("REDUCESCATTER") = static_cast<int>(hora::Collective::kReducescatter);
+// The enums' values, so Python never hard-codes them: ALLREDUCE, ALLGATHER, ... (one per
+// CollectiveKind, named by toString), DATA_TYPES and REDUCE_OPS.
+void bindConstants(py::module_& m) {
+  for (int i = 0; i < hora::kNumCollectiveKinds; ++i) {
+    std::string name(hora::toString(static_cast<hora::CollectiveKind>(i)));
+    for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+    m.attr(name.c_str()) = i;
+  }
   py::dict types;
-  for (auto [name, t] : {std::pair{"uint8", hora::DataType::kUInt8}, {"int8", hora::DataType::kInt8},
-                         {"int32", hora::DataType::kInt32}, {"int64", hora::DataType::kInt64},
-                         {"float16", hora::DataType::kFloat16}, {"bfloat16", hora::DataType::kBFloat16},
-                         {"float32", hora::DataType::kFloat32}, {"float64", hora::DataType::kFloat64}})
-    types[name] = static_cast<int>(t);
+  for (int i = 0; i < hora::kNumDataTypes; ++i)
+    types[std::string(hora::toString(static_cast<hora::DataType>(i))).c_str()] = i;
   m.attr("DATA_TYPES") = types;
   py::dict ops;
   for (auto [name, o] : {std::pair{"Sum", hora::ReduceOp::kSum}, {"Average", hora::ReduceOp::kAverage},
@@ -199,4 +205,15 @@ PYBIND11_MODULE(_core, m) {
                          {"Product", hora::ReduceOp::kProduct}})
     ops[name] = static_cast<int>(o);
   m.attr("REDUCE_OPS") = ops;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "hora's engine for Python frontends (tensors cross as data pointers)";
+  bindErrors(m);
+  bindLifetime(m);
+  bindRequests(m);
+  bindProcessSets(m);
+  bindConstants(m);
 }

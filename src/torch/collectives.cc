@@ -57,12 +57,12 @@ DataType dataTypeOf(const at::Tensor& t, const char* op) {
 }
 
 // A request for `tensor` with its name, type and shape filled in.
-Request requestFor(Collective op, const char* op_name, const at::Tensor& tensor, const std::string& name,
-                   int process_set) {
+Request requestFor(CollectiveKind op, const at::Tensor& tensor, const std::string& name, int process_set) {
+  const std::string op_name(hora::toString(op));
   Request r;
   r.op = op;
-  r.type = dataTypeOf(tensor, op_name);
-  r.name = nameFor(op_name, name);
+  r.type = dataTypeOf(tensor, op_name.c_str());
+  r.name = nameFor(op_name.c_str(), name);
   r.shape.assign(tensor.sizes().begin(), tensor.sizes().end());
   r.process_set = process_set;
   return r;
@@ -145,7 +145,7 @@ int cross_size() { return engine().identity().cross_size; }
 // --- collectives ----------------------------------------------------------------------------------
 
 TensorHandle allreduce_async(const at::Tensor& tensor, const ReduceOptions& options) {
-  Request r = requestFor(Collective::kAllreduce, "allreduce", tensor, options.name, options.process_set);
+  Request r = requestFor(CollectiveKind::kAllreduce, tensor, options.name, options.process_set);
   r.reduce = reduceOptions(options);
   at::Tensor source = tensor.contiguous();
   return submit(std::move(r), source, at::empty_like(source));
@@ -156,7 +156,7 @@ at::Tensor allreduce(const at::Tensor& tensor, const ReduceOptions& options) {
 }
 
 TensorHandle allreduce_async_(at::Tensor& tensor, const ReduceOptions& options) {
-  Request r = requestFor(Collective::kAllreduce, "allreduce", tensor, options.name, options.process_set);
+  Request r = requestFor(CollectiveKind::kAllreduce, tensor, options.name, options.process_set);
   r.reduce = reduceOptions(options);
   if (tensor.is_contiguous()) return submit(std::move(r), tensor, tensor);
   at::Tensor buffer = tensor.contiguous();
@@ -170,7 +170,7 @@ at::Tensor& allreduce_(at::Tensor& tensor, const ReduceOptions& options) {
 
 TensorHandle allgather_async(const at::Tensor& tensor, const CollectiveOptions& options) {
   if (tensor.dim() == 0) throw InvalidArgumentError("allgather: the tensor needs at least one dimension");
-  Request r = requestFor(Collective::kAllgather, "allgather", tensor, options.name, options.process_set);
+  Request r = requestFor(CollectiveKind::kAllgather, tensor, options.name, options.process_set);
   return submit(std::move(r), tensor.contiguous(), {});
 }
 
@@ -179,7 +179,7 @@ at::Tensor allgather(const at::Tensor& tensor, const CollectiveOptions& options)
 }
 
 TensorHandle broadcast_async(const at::Tensor& tensor, int root_rank, const CollectiveOptions& options) {
-  Request r = requestFor(Collective::kBroadcast, "broadcast", tensor, options.name, options.process_set);
+  Request r = requestFor(CollectiveKind::kBroadcast, tensor, options.name, options.process_set);
   r.root = root_rank;
   at::Tensor source = tensor.contiguous();
   return submit(std::move(r), source, at::empty_like(source));
@@ -190,7 +190,7 @@ at::Tensor broadcast(const at::Tensor& tensor, int root_rank, const CollectiveOp
 }
 
 TensorHandle broadcast_async_(at::Tensor& tensor, int root_rank, const CollectiveOptions& options) {
-  Request r = requestFor(Collective::kBroadcast, "broadcast", tensor, options.name, options.process_set);
+  Request r = requestFor(CollectiveKind::kBroadcast, tensor, options.name, options.process_set);
   r.root = root_rank;
   if (tensor.is_contiguous()) return submit(std::move(r), tensor, tensor);
   at::Tensor buffer = tensor.contiguous();
@@ -205,7 +205,7 @@ at::Tensor& broadcast_(at::Tensor& tensor, int root_rank, const CollectiveOption
 TensorHandle alltoall_async(const at::Tensor& tensor, const std::vector<int64_t>& splits,
                             const CollectiveOptions& options) {
   if (tensor.dim() == 0) throw InvalidArgumentError("alltoall: the tensor needs at least one dimension");
-  Request r = requestFor(Collective::kAlltoall, "alltoall", tensor, options.name, options.process_set);
+  Request r = requestFor(CollectiveKind::kAlltoall, tensor, options.name, options.process_set);
   r.splits = splits;
   return submit(std::move(r), tensor.contiguous(), {});
 }
@@ -216,7 +216,7 @@ at::Tensor alltoall(const at::Tensor& tensor, const std::vector<int64_t>& splits
 
 TensorHandle reducescatter_async(const at::Tensor& tensor, const ReduceOptions& options) {
   if (tensor.dim() == 0) throw InvalidArgumentError("reducescatter: the tensor needs at least one dimension");
-  Request r = requestFor(Collective::kReducescatter, "reducescatter", tensor, options.name, options.process_set);
+  Request r = requestFor(CollectiveKind::kReducescatter, tensor, options.name, options.process_set);
   r.reduce = reduceOptions(options);
   return submit(std::move(r), tensor.contiguous(), {});
 }

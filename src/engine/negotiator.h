@@ -1,0 +1,70 @@
+// Negotiator: this rank's side of the negotiation (Note [engine cycle]). It owns the requests
+// this rank submitted until their responses run, the announcements it owes the other ranks,
+// and the replicated state every rank keeps alike (negotiation.h: the pending table and the
+// response cache). Each cycle the Runtime asks it for this rank's control vector, then for the
+// responses the agreed vector and, if anyone announced, the full negotiation made ready.
+//
+// Thread safety: engine thread only.
+#pragma once
+
+#include <exception>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/control_vector.h"
+#include "engine/negotiation.h"
+#include "engine/submission.h"
+#include "engine/timeline.h"
+#include "hora/communicator.h"
+
+namespace hora::engine {
+
+class Negotiator {
+ public:
+  Negotiator(Communicator& comm, Tracer& tracer, int cache_capacity);
+
+  // Takes newly enqueued requests in: those the response cache knows wait for their slot's
+  // byte, the others for the next full negotiation; a name already in flight is a duplicate.
+  void admit(std::vector<Submission> fresh);
+  // Whether this rank has requests the other ranks have not heard of yet.
+  bool hasAnnouncements() const { return !to_announce_.empty() || !dup_announce_.empty(); }
+
+  // This rank's control vector: its cache bytes and whether it announces.
+  ControlVector controlVector() const;
+  // The cached responses the agreed vector made ready, with the joined ranks standing in.
+  std::vector<Response> takeCached(const ControlVector& agreed);
+  // Exchanges the requests not served by the cache and applies them to the replicated table;
+  // appends what became ready (and the names decided in full, for the cache) to the lists.
+  void negotiateInFull(std::vector<Response>& ready, std::vector<std::string>& fully_negotiated);
+  // After execution: caches the responses negotiated in full that the next step will submit
+  // again (Note [response cache]).
+  void remember(std::vector<Response>& ready, const std::vector<std::string>& fully_negotiated);
+
+  // This rank's submission of `name`; null where this rank did not submit it (it joined).
+  Submission* inFlight(const std::string& name);
+  // Removes this rank's submission of `name` once its response ran; nullopt if there is none.
+  std::optional<Submission> release(const std::string& name);
+  // Fails the second submissions of `name` (its response is an error).
+  void failDuplicates(const std::string& name, std::exception_ptr error);
+  // Fails every request this rank has in flight.
+  void failAll(std::exception_ptr error);
+
+  const PendingTable& table() const { return table_; }
+
+ private:
+  Communicator& comm_;
+  Tracer& tracer_;
+  const int rank_, size_;
+
+  std::map<std::string, Submission> in_flight_;  // by name
+  std::vector<Submission> duplicates_;           // second submissions of an in-flight name
+  std::map<int, std::string> cached_waiting_;    // cache slot -> name, this rank submitted it
+  std::vector<std::string> to_announce_;         // in-flight names for the next full negotiation
+  std::vector<RequestMeta> dup_announce_;        // duplicate submissions to report to every rank
+  PendingTable table_;
+  ResponseCache cache_;
+};
+
+}  // namespace hora::engine
