@@ -50,6 +50,19 @@ TEST(KnobFlags, KnobTakesANameOrItsHorovodAlias) {
   EXPECT_EQ(parseKnobAssignment("HORA_IFACE="), P("HORA_IFACE", ""));
 }
 
+// Every tuning knob is reachable from horarun: --knob takes each, with its default as the value.
+TEST(KnobFlags, KnobReachesEveryTuningKnobOfTheRegistry) {
+  std::map<std::string, std::string> defaults;
+  for (const auto& k : common::allKnobs()) {
+    if (k.group != common::KnobGroup::kTuning) continue;
+    const auto [name, value] = parseKnobAssignment(std::string(k.name) + "=" + std::string(k.default_value));
+    EXPECT_EQ(name, k.name);
+    defaults[name] = value;
+  }
+  EXPECT_GT(defaults.size(), 10u);
+  launcher::validateKnobValues(defaults);
+}
+
 TEST(KnobFlags, KnobRefusesWhatIsNoTuningKnobNamingIt) {
   expectInvalid([] { parseKnobAssignment("HORA_NO_SUCH_KNOB=1"); }, "--knob HORA_NO_SUCH_KNOB: no such knob");
   expectInvalid([] { parseKnobAssignment("HORA_RANK=3"); }, "--knob HORA_RANK: horarun sets it");
