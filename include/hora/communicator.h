@@ -102,12 +102,11 @@ class HORA_API Communicator {
   // Returns false on timeout. Consumes nothing.
   bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd = -1);
 
-  // How a collective of this many bytes would run, for timelines and logs: "ring over tcp",
-  // "recursive doubling over shared memory", "ring over shared memory + tcp" (ranks on several
-  // hosts: shared memory between the ranks of a host), "hierarchical (...)", "local" for a single
-  // rank. `collective` is "allreduce",
-  // "allgather", "broadcast", "reducescatter" or "alltoall".
-  std::string algorithmFor(std::string_view collective, size_t bytes, ReduceOp op = ReduceOp::kSum) const;
+  // How a collective of this many bytes runs, for timelines and logs (the planner's choice, the
+  // one the collective itself makes): "ring over tcp", "recursive doubling over shared memory",
+  // "ring over shared memory + tcp" (ranks on several hosts: shared memory between the ranks of a
+  // host), "hierarchical (...)", "local" for a single rank.
+  std::string algorithmFor(CollectiveKind collective, size_t bytes, ReduceOp op = ReduceOp::kSum) const;
 
  private:
   explicit Communicator(std::unique_ptr<detail::CommunicatorImpl> impl);

@@ -18,16 +18,6 @@
 
 namespace hora::collectives {
 
-// Op codes carried in transport frames (OpTag::op).
-enum class OpKind : uint8_t {
-  kAllreduce = 1,
-  kAllgather = 2,
-  kBroadcast = 3,
-  kReducescatter = 4,
-  kAlltoall = 5,
-  kBarrier = 6,
-};
-
 // The algorithms a Plan chooses from (plan.h).
 enum class Algorithm : uint8_t {
   kLocal,              // one rank: a copy at most

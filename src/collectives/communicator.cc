@@ -26,7 +26,6 @@
 namespace hora {
 namespace detail {
 
-using collectives::OpKind;
 
 namespace {
 
@@ -70,16 +69,6 @@ size_t checkCounts(std::string_view op, std::string_view name, std::span<const s
   return total;
 }
 
-OpKind opKindNamed(std::string_view name) {
-  if (name == "allreduce") return OpKind::kAllreduce;
-  if (name == "allgather") return OpKind::kAllgather;
-  if (name == "broadcast") return OpKind::kBroadcast;
-  if (name == "reducescatter") return OpKind::kReducescatter;
-  if (name == "alltoall") return OpKind::kAlltoall;
-  if (name == "barrier") return OpKind::kBarrier;
-  invalid("algorithmFor", "unknown collective '" + std::string(name) + "'");
-}
-
 }  // namespace
 
 class CommunicatorImpl {
@@ -103,7 +92,7 @@ class CommunicatorImpl {
   // Runs one collective on the world: numbers it, records it, and turns the first failure into
   // a broken communicator (fail).
   template <typename Body>
-  void collective(OpKind kind, std::string_view name, size_t bytes, Body body) {
+  void collective(CollectiveKind kind, std::string_view name, size_t bytes, Body body) {
     checkUsable();
     collectives::Context ctx = world_.next(kind, name);
     const uint32_t sequence = world_.sequence();
@@ -119,7 +108,7 @@ class CommunicatorImpl {
 
   // The same, through the hierarchy when the plan says so (`hierarchical` gets the Hierarchy).
   template <typename Flat, typename Hierarchical>
-  void collective(OpKind kind, std::string_view name, size_t bytes, const collectives::Plan& plan, Flat flat,
+  void collective(CollectiveKind kind, std::string_view name, size_t bytes, const collectives::Plan& plan, Flat flat,
                   Hierarchical hierarchical) {
     if (plan.algorithm != collectives::Algorithm::kHierarchical) return collective(kind, name, bytes, flat);
     collectives::Hierarchy& h = hierarchy();
@@ -167,7 +156,6 @@ using detail::checkCounts;
 using detail::checkedBytes;
 using detail::checkOptions;
 using detail::checkType;
-using detail::OpKind;
 
 std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   const auto env = common::Env::fromProcess();
@@ -224,9 +212,9 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
     collectives::finalize(type, o.op, out, in, count, 1, o.postscale);
     return;
   }
-  const collectives::Plan plan = impl_->world().plan(OpKind::kAllreduce, count, bytes, o.op);
+  const collectives::Plan plan = impl_->world().plan(CollectiveKind::kAllreduce, count, bytes, o.op);
   impl_->collective(
-      OpKind::kAllreduce, op, bytes, plan,
+      CollectiveKind::kAllreduce, op, bytes, plan,
       [&](collectives::Context& ctx) { collectives::allreduce(ctx, plan.algorithm, in, out, count, type, o); },
       [&](collectives::Hierarchy& h) { h.allreduce(in, out, count, type, o, size()); });
 }
@@ -252,7 +240,7 @@ void Communicator::allgather(const void* send, size_t send_count, void* recv,
   }
   const size_t bytes = total * dataTypeSize(type);
   impl_->collective(
-      OpKind::kAllgather, op, bytes, impl_->world().plan(OpKind::kAllgather, total, bytes),
+      CollectiveKind::kAllgather, op, bytes, impl_->world().plan(CollectiveKind::kAllgather, total, bytes),
       [&](collectives::Context& ctx) { collectives::ringAllgather(ctx, in, out, recv_counts, type); },
       [&](collectives::Hierarchy& h) { h.allgather(in, out, recv_counts, type); });
 }
@@ -266,9 +254,9 @@ void Communicator::broadcast(void* buffer, size_t count, DataType type, int root
   const size_t bytes = checkedBytes(op, count, type);
   impl_->checkUsable();
   if (size() == 1 || count == 0) return;
-  const collectives::Plan plan = impl_->world().plan(OpKind::kBroadcast, count, bytes);
+  const collectives::Plan plan = impl_->world().plan(CollectiveKind::kBroadcast, count, bytes);
   impl_->collective(
-      OpKind::kBroadcast, op, bytes, plan,
+      CollectiveKind::kBroadcast, op, bytes, plan,
       [&](collectives::Context& ctx) {
         collectives::broadcast(ctx, plan.algorithm, static_cast<std::byte*>(buffer), bytes, root);
       },
@@ -298,7 +286,7 @@ void Communicator::reducescatter(const void* send, void* recv, std::span<const s
     collectives::finalize(type, o.op, out, in, total, 1, o.postscale);
     return;
   }
-  impl_->collective(OpKind::kReducescatter, op, bytes, [&](collectives::Context& ctx) {
+  impl_->collective(CollectiveKind::kReducescatter, op, bytes, [&](collectives::Context& ctx) {
     collectives::ringReduceScatter(ctx, in, out, recv_counts, type, o);
   });
 }
@@ -322,7 +310,7 @@ void Communicator::alltoall(const void* send, std::span<const size_t> send_count
     if (send_total > 0 && send != recv) std::memmove(recv, send, send_total * dataTypeSize(type));
     return;
   }
-  impl_->collective(OpKind::kAlltoall, op, send_total * dataTypeSize(type), [&](collectives::Context& ctx) {
+  impl_->collective(CollectiveKind::kAlltoall, op, send_total * dataTypeSize(type), [&](collectives::Context& ctx) {
     collectives::pairwiseAlltoall(ctx, static_cast<const std::byte*>(send), send_counts,
                                   static_cast<std::byte*>(recv), recv_counts, type);
   });
@@ -337,16 +325,17 @@ std::vector<size_t> Communicator::exchangeCounts(std::span<const size_t> counts)
   return received;
 }
 
-std::string Communicator::algorithmFor(std::string_view collective, size_t bytes, ReduceOp op) const {
-  const OpKind kind = detail::opKindNamed(collective);
+std::string Communicator::algorithmFor(CollectiveKind collective, size_t bytes, ReduceOp op) const {
+  if (collective == CollectiveKind::kJoin)
+    throw InvalidArgumentError("algorithmFor: join is the engine's request, not a collective of the communicator");
   // (The element count is not known here; only tensors with fewer elements than ranks differ.)
-  return impl_->world().describe(kind, impl_->world().plan(kind, SIZE_MAX, bytes, op));
+  return impl_->world().describe(collective, impl_->world().plan(collective, SIZE_MAX, bytes, op));
 }
 
 void Communicator::barrier() {
   impl_->checkUsable();
   if (size() == 1) return;
-  impl_->collective(OpKind::kBarrier, "barrier", 0,
+  impl_->collective(CollectiveKind::kBarrier, "barrier", 0,
                     [&](collectives::Context& ctx) { collectives::disseminationBarrier(ctx); });
 }
 

@@ -10,15 +10,15 @@ Group::Group(bootstrap::Connection connection, const CommunicatorOptions& option
   shape_.placed_by_host = connection_.topology.placedByHost();
 }
 
-Plan Group::plan(OpKind op, size_t count, size_t bytes, ReduceOp reduce) const {
+Plan Group::plan(CollectiveKind op, size_t count, size_t bytes, ReduceOp reduce) const {
   return collectives::plan(op, count, bytes, reduce, shape_, options_);
 }
 
-std::string Group::describe(OpKind op, const Plan& plan) const {
+std::string Group::describe(CollectiveKind op, const Plan& plan) const {
   return collectives::describe(op, plan, connection_.transport_name);
 }
 
-Context Group::next(OpKind op, std::string_view name) {
+Context Group::next(CollectiveKind op, std::string_view name) {
   return Context{*connection_.transport, {++sequence_, static_cast<uint8_t>(op), name},
                  common::Deadline::after(options_.timeout), scratch_};
 }

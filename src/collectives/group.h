@@ -26,10 +26,10 @@ class Group {
   int size() const { return connection_.size(); }
   const bootstrap::Connection& connection() const { return connection_; }
 
-  Plan plan(OpKind op, size_t count, size_t bytes, ReduceOp reduce = ReduceOp::kSum) const;
-  std::string describe(OpKind op, const Plan& plan) const;
+  Plan plan(CollectiveKind op, size_t count, size_t bytes, ReduceOp reduce = ReduceOp::kSum) const;
+  std::string describe(CollectiveKind op, const Plan& plan) const;
   // The context of this group's next collective: its sequence number, a deadline one timeout away.
-  Context next(OpKind op, std::string_view name);
+  Context next(CollectiveKind op, std::string_view name);
   uint32_t sequence() const { return sequence_; }
 
  private:

@@ -52,13 +52,13 @@ void Hierarchy::allreduce(const void* in, void* out, size_t count, DataType type
   // Sum in the steps; Average divides once, by every rank, at the end (as the flat ring does).
   AllreduceOptions step;
   step.op = o.op == ReduceOp::kAverage ? ReduceOp::kSum : o.op;
-  Context scatter = local_.next(OpKind::kReducescatter, "reducescatter");
+  Context scatter = local_.next(CollectiveKind::kReducescatter, "reducescatter");
   ringReduceScatter(scatter, static_cast<const std::byte*>(in), slice, counts, type, step);
-  Context across = cross_.next(OpKind::kAllreduce, "allreduce");
-  const Plan plan = cross_.plan(OpKind::kAllreduce, my_count, my_count * elem, step.op);
+  Context across = cross_.next(CollectiveKind::kAllreduce, "allreduce");
+  const Plan plan = cross_.plan(CollectiveKind::kAllreduce, my_count, my_count * elem, step.op);
   collectives::allreduce(across, plan.algorithm, slice, slice, my_count, type, step);
   finalize(type, o.op, slice, slice, my_count, world_size, o.postscale);
-  Context gather = local_.next(OpKind::kAllgather, "allgather");
+  Context gather = local_.next(CollectiveKind::kAllgather, "allgather");
   ringAllgather(gather, slice, static_cast<std::byte*>(out), counts, type);
 }
 
@@ -75,7 +75,7 @@ void Hierarchy::allgather(const void* in, void* out, std::span<const size_t> cou
     cross_total += count_of(r);
   }
   across_.resize(cross_total * elem);
-  Context across = cross_.next(OpKind::kAllgather, "allgather");
+  Context across = cross_.next(CollectiveKind::kAllgather, "allgather");
   ringAllgather(across, static_cast<const std::byte*>(in), across_.data(), cross_counts, type);
   // 2. Every position's blocks to the whole host: `within_` holds them by position, then host.
   std::vector<size_t> local_counts;
@@ -87,7 +87,7 @@ void Hierarchy::allgather(const void* in, void* out, std::span<const size_t> cou
     total += sum;
   }
   within_.resize(total * elem);
-  Context within = local_.next(OpKind::kAllgather, "allgather");
+  Context within = local_.next(CollectiveKind::kAllgather, "allgather");
   ringAllgather(within, across_.data(), within_.data(), local_counts, type);
   // 3. Into rank order.
   std::vector<size_t> offset(counts.size() + 1, 0);
@@ -109,11 +109,11 @@ void Hierarchy::broadcast(void* buffer, size_t count, DataType type, int root) {
   if (local_.rank() == root_position) {
     const std::vector<int>& ranks = counterparts_[static_cast<size_t>(root_position)];
     const int cross_root = static_cast<int>(std::find(ranks.begin(), ranks.end(), root) - ranks.begin());
-    Context across = cross_.next(OpKind::kBroadcast, "broadcast");
-    collectives::broadcast(across, cross_.plan(OpKind::kBroadcast, count, bytes).algorithm, data, bytes, cross_root);
+    Context across = cross_.next(CollectiveKind::kBroadcast, "broadcast");
+    collectives::broadcast(across, cross_.plan(CollectiveKind::kBroadcast, count, bytes).algorithm, data, bytes, cross_root);
   }
-  Context within = local_.next(OpKind::kBroadcast, "broadcast");
-  collectives::broadcast(within, local_.plan(OpKind::kBroadcast, count, bytes).algorithm, data, bytes, root_position);
+  Context within = local_.next(CollectiveKind::kBroadcast, "broadcast");
+  collectives::broadcast(within, local_.plan(CollectiveKind::kBroadcast, count, bytes).algorithm, data, bytes, root_position);
 }
 
 }  // namespace hora::collectives

@@ -1,5 +1,7 @@
 #include "collectives/plan.h"
 
+#include "hora/errors.h"
+
 namespace hora::collectives {
 
 namespace {
@@ -38,34 +40,36 @@ Algorithm broadcast(size_t bytes, const GroupShape& g, const CommunicatorOptions
 
 }  // namespace
 
-Plan plan(OpKind op, size_t count, size_t bytes, ReduceOp reduce, const GroupShape& group,
+Plan plan(CollectiveKind op, size_t count, size_t bytes, ReduceOp reduce, const GroupShape& group,
           const CommunicatorOptions& options) {
   if (group.size == 1) return {Algorithm::kLocal};
   switch (op) {
-    case OpKind::kAllreduce:
+    case CollectiveKind::kAllreduce:
       return {allreduce(count, bytes, reduce, group, options)};
-    case OpKind::kAllgather:
+    case CollectiveKind::kAllgather:
       return {mayUseHierarchy(group, options.hierarchical_allgather) ? Algorithm::kHierarchical : Algorithm::kRing};
-    case OpKind::kBroadcast:
+    case CollectiveKind::kBroadcast:
       return {broadcast(bytes, group, options)};
-    case OpKind::kReducescatter:
+    case CollectiveKind::kReducescatter:
       return {Algorithm::kRing};
-    case OpKind::kAlltoall:
+    case CollectiveKind::kAlltoall:
       return {Algorithm::kPairwise};
-    case OpKind::kBarrier:
+    case CollectiveKind::kBarrier:
       return {Algorithm::kDissemination};
+    case CollectiveKind::kJoin:
+      break;  // the engine's request; no collective of its own
   }
-  return {Algorithm::kRing};
+  throw InternalError("no algorithm for " + std::string(toString(op)));
 }
 
-std::string describe(OpKind op, const Plan& plan, std::string_view transport_name) {
+std::string describe(CollectiveKind op, const Plan& plan, std::string_view transport_name) {
   std::string name;
   switch (plan.algorithm) {
     case Algorithm::kLocal:
       return "local";
     case Algorithm::kHierarchical:
-      if (op == OpKind::kAllreduce) return "hierarchical (reduce-scatter, allreduce across hosts, allgather)";
-      if (op == OpKind::kAllgather) return "hierarchical (allgather across hosts, then inside each)";
+      if (op == CollectiveKind::kAllreduce) return "hierarchical (reduce-scatter, allreduce across hosts, allgather)";
+      if (op == CollectiveKind::kAllgather) return "hierarchical (allgather across hosts, then inside each)";
       return "hierarchical (broadcast across hosts, then inside each)";
     case Algorithm::kRing: name = "ring"; break;
     case Algorithm::kRecursiveDoubling: name = "recursive doubling"; break;

@@ -31,10 +31,10 @@ struct Plan {
 
 // `count` elements of `bytes` in all (SIZE_MAX when unknown: only tensors with fewer elements
 // than ranks plan differently).
-Plan plan(OpKind op, size_t count, size_t bytes, ReduceOp reduce, const GroupShape& group,
+Plan plan(CollectiveKind op, size_t count, size_t bytes, ReduceOp reduce, const GroupShape& group,
           const CommunicatorOptions& options);
 
 // "ring over tcp", "binomial tree over shared memory", "hierarchical (...)", "local".
-std::string describe(OpKind op, const Plan& plan, std::string_view transport_name);
+std::string describe(CollectiveKind op, const Plan& plan, std::string_view transport_name);
 
 }  // namespace hora::collectives

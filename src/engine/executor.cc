@@ -87,7 +87,7 @@ void Executor::allreduce(std::span<const Response> group) {
   for (const Response& r : group) total += static_cast<size_t>(r.metas[at(rank_)].elements());
   std::string args;
   if (tracer_.active()) {
-    args = "{\"algorithm\":\"" + comm_.algorithmFor("allreduce", total * elem, o.op) +
+    args = "{\"algorithm\":\"" + comm_.algorithmFor(CollectiveKind::kAllreduce, total * elem, o.op) +
            "\",\"bytes\":" + std::to_string(total * elem) + ",\"tensors\":" + std::to_string(group.size()) + "}";
     for (const Response& r : group) tracer_.end(r.name);  // QUEUE
   }
@@ -147,7 +147,7 @@ void Executor::run(const Response& r) {
     const size_t bytes = static_cast<size_t>(m.elements()) * dataTypeSize(m.type);
     tracer_.end(r.name);  // QUEUE
     tracer_.begin(r.name, eventNameOf(m.op),
-                  "{\"algorithm\":\"" + comm_.algorithmFor(toString(m.op), bytes) + "\",\"bytes\":" +
+                  "{\"algorithm\":\"" + comm_.algorithmFor(m.op, bytes) + "\",\"bytes\":" +
                       std::to_string(bytes) + "}");
   }
   std::vector<int64_t> shape = m.shape;

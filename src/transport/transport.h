@@ -59,7 +59,7 @@ struct Transfer {
 // that disagree about the order of collectives are caught.
 struct OpTag {
   uint32_t sequence = 0;  // per communicator, increments with every collective
-  uint8_t op = 0;         // collectives::OpKind
+  uint8_t op = 0;         // CollectiveKind
   std::string_view name;  // for messages: "allreduce"
 };
 

@@ -209,31 +209,31 @@ TEST(Identity, CommunicatorDerivesTopologyWhenTheLauncherGaveOnlyRankAndSize) {
 TEST(Api, TransportPerPairOfRanks) {
   const std::vector<std::string> two_hosts = {"a", "b", "b", "a"};
   runThreads(4, [](Communicator& c) {
-    EXPECT_EQ(c.algorithmFor("alltoall", 1 << 20), "pairwise over shared memory + tcp");
-    EXPECT_EQ(c.algorithmFor("allreduce", 64 << 20).rfind("hierarchical", 0), 0u);
-    EXPECT_EQ(c.algorithmFor("allgather", 4).rfind("hierarchical", 0), 0u);
-    EXPECT_EQ(c.algorithmFor("broadcast", 4).rfind("hierarchical", 0), 0u);  // not placed host by host
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kAlltoall, 1 << 20), "pairwise over shared memory + tcp");
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kAllreduce, 64 << 20).rfind("hierarchical", 0), 0u);
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kAllgather, 4).rfind("hierarchical", 0), 0u);
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kBroadcast, 4).rfind("hierarchical", 0), 0u);  // not placed host by host
     EXPECT_EQ(c.identity().local_size, 2);
   }, testOptions(), two_hosts);
   runThreads(4, [](Communicator& c) {
-    EXPECT_EQ(c.algorithmFor("broadcast", 1 << 20), "chain over shared memory + tcp");  // placed host by host
-    EXPECT_EQ(c.algorithmFor("allgather", 1 << 20).rfind("hierarchical", 0), 0u);
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kBroadcast, 1 << 20), "chain over shared memory + tcp");  // placed host by host
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kAllgather, 1 << 20).rfind("hierarchical", 0), 0u);
   }, testOptions(), {"a", "a", "b", "b"});
   // Uneven hosts: the flat algorithms; rank 1, alone on its host, needs TCP only.
   runThreads(3, [](Communicator& c) {
-    EXPECT_EQ(c.algorithmFor("allgather", 4), c.rank() == 1 ? "ring over tcp" : "ring over shared memory + tcp");
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kAllgather, 4), c.rank() == 1 ? "ring over tcp" : "ring over shared memory + tcp");
   }, testOptions(), {"a", "b", "a"});
   runThreads(3, [](Communicator& c) {
-    EXPECT_EQ(c.algorithmFor("allgather", 1 << 20), "ring over shared memory");
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kAllgather, 1 << 20), "ring over shared memory");
   });
   CommunicatorOptions tcp = testOptions();
   tcp.transport = TransportChoice::kTcp;
   runThreads(4, [](Communicator& c) {
-    EXPECT_EQ(c.algorithmFor("alltoall", 1 << 20), "pairwise over tcp");
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kAlltoall, 1 << 20), "pairwise over tcp");
   }, tcp, two_hosts);
   // Every rank alone on its host: nothing to share.
   runThreads(3, [](Communicator& c) {
-    EXPECT_EQ(c.algorithmFor("broadcast", 1), "binomial tree over tcp");
+    EXPECT_EQ(c.algorithmFor(hora::CollectiveKind::kBroadcast, 1), "binomial tree over tcp");
   }, testOptions(), {"x", "y", "z"});
 }
 
