@@ -3,7 +3,8 @@
 import cloudpickle
 import torch
 
-from hora.torch.mpi_ops import _auto_name, allgather, broadcast_, broadcast_async_, global_process_set, synchronize
+from hora.torch.basics import global_process_set
+from hora.torch.mpi_ops import _auto_name, allgather, broadcast_, broadcast_async_, synchronize
 
 
 def broadcast_parameters(params, root_rank, prefix=None, process_set=global_process_set):

@@ -13,8 +13,8 @@ import warnings
 import torch
 
 from hora.torch.compression import Compression
-from hora.torch.mpi_ops import (Adasum, Average, _gradient_allreduce_async_, global_process_set, note_compute_threads,
-                                size)
+from hora.torch.basics import global_process_set, note_compute_threads, size
+from hora.torch.mpi_ops import Adasum, Average, _gradient_allreduce_async_
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):

@@ -2,7 +2,8 @@
 
 import torch
 
-from hora.torch.mpi_ops import Sum, allreduce, global_process_set, size
+from hora.torch.basics import global_process_set, size
+from hora.torch.mpi_ops import Sum, allreduce
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):

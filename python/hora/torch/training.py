@@ -7,7 +7,8 @@ import tempfile
 
 import torch
 
-from hora.torch.mpi_ops import Average, allreduce, rank, size
+from hora.torch.basics import rank, size
+from hora.torch.mpi_ops import Average, allreduce
 
 
 def average_metrics(metrics, name="metrics"):
