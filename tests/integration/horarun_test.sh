@@ -99,6 +99,15 @@ HORA_TIMEOUT_SECONDS=soon "$horarun" -np 2 "$bench" allreduce -b 4 -e 4 >"$tmp/o
 docs=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../docs" && pwd)
 "$horarun" --knobs-markdown | diff - "$docs/knobs.md" >"$tmp/out" 2>&1
 check "docs/knobs.md is what the knob registry generates (regenerate: horarun --knobs-markdown > docs/knobs.md)" $?
+# The README's table of tuning knobs repeats their defaults for readers: they must be the
+# registry's ("-" there, no default, reads as a parenthesis in the README).
+drift=$(awk -F'|' 'NR == FNR { if ($2 ~ /`HORA_/) registry[$2] = $3; next }
+  $2 ~ /`HORA_/ {
+    if (!($2 in registry)) { print $2 " is not a knob"; next }
+    readme = $3; known = registry[$2]; gsub(/ /, "", readme); gsub(/ /, "", known)
+    if (readme != known && !(known == "-" && readme ~ /^\(/)) print $2 ": README " readme ", registry " known
+  }' <("$horarun" --knobs-markdown) "$docs/../README.md")
+[ -z "$drift" ]; check "the README's knob defaults are the registry's $drift" $?
 
 
 # Bad input: a clear message naming what is wrong, exit code 2, nothing left running.
