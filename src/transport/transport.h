@@ -29,6 +29,7 @@
 #include <string>
 
 #include "common/deadline.h"
+#include "hora/types.h"
 
 namespace hora::transport {
 
@@ -59,9 +60,15 @@ struct Transfer {
 // that disagree about the order of collectives are caught.
 struct OpTag {
   uint32_t sequence = 0;  // per communicator, increments with every collective
-  uint8_t op = 0;         // CollectiveKind
+  uint8_t op = 0;         // a CollectiveKind
   std::string_view name;  // for messages: "allreduce"
 };
+
+// The collective a frame's op byte names: "allreduce", or "op 9" for a byte that names none.
+inline std::string collectiveNamed(uint32_t op) {
+  if (op < static_cast<uint32_t>(kNumCollectiveKinds)) return std::string(toString(static_cast<CollectiveKind>(op)));
+  return "op " + std::to_string(op);
+}
 
 class Transport {
  public:

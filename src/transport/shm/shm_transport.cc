@@ -220,8 +220,8 @@ bool ShmTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
       const auto here = [&] { return std::string(tag.name) + " #" + std::to_string(tag.sequence); };
       if (h.magic != kMessageMagic) fail(PeerError(who() + " wrote a corrupt message header during " + here()));
       if (h.sequence != tag.sequence || h.op != tag.op) {
-        fail(MismatchError(who() + " is in collective #" + std::to_string(h.sequence) + " (op " +
-                           std::to_string(h.op) + ") while this rank is in " + here() +
+        fail(MismatchError(who() + " is in " + collectiveNamed(h.op) + " #" +
+                           std::to_string(h.sequence) + " while this rank is in " + here() +
                            ": ranks called collectives in different orders or counts"));
       }
       if (h.bytes_low != static_cast<uint32_t>(t.bytes)) {

@@ -60,8 +60,8 @@ void TcpTransport::validateHeader(int peer, const FrameHeader& h, const Transfer
     fail(PeerError(who() + " has shut down its communicator while this rank still expects " +
                    std::to_string(t.bytes) + " bytes from it in " + here()));
   if (h.sequence != tag.sequence || h.op != tag.op)
-    fail(MismatchError(who() + " is in collective #" + std::to_string(h.sequence) + " (op " +
-                       std::to_string(h.op) + ") while this rank is in " + here() +
+    fail(MismatchError(who() + " is in " + collectiveNamed(h.op) + " #" + std::to_string(h.sequence) +
+                       " while this rank is in " + here() +
                        ": ranks called collectives in different orders or counts"));
   if (h.bytes != t.bytes)
     fail(MismatchError(who() + " sends " + std::to_string(h.bytes) + " bytes where this rank expects " +
