@@ -69,6 +69,12 @@ for spec in "$h1:2,$h2:2" "$h1:2,$h2:2,$h3:2" "$h1:3,$h2:3"; do
     [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && grep -q "hierarchical collectives ready" "$tmp/out"
     check "hierarchical $op across hosts $spec checks clean (code $code)" $?
   done
+  # Building the hierarchy's inner groups leaves every rank's log tag its rank in the job (a
+  # split once set it to the rank inside the split).
+  mistagged=$(awk '/<stderr>:\[hora .* rank [0-9]+\]/ {
+      horarun_rank = substr($0, 2, index($0, "]") - 2); match($0, / rank [0-9]+\]/)
+      if (substr($0, RSTART + 6, RLENGTH - 7) != horarun_rank) print }' "$tmp/out" | head -3)
+  [ -z "$mistagged" ]; check "log lines carry the job's rank after the hierarchy is built $mistagged" $?
 done
 run -np 4 -H "$h1:3,$h2:1" --hierarchical-allreduce -x HORA_LOG_LEVEL=info "$bench" allreduce -b 4 -e 4M -f 64 -c 1 \
   >"$tmp/out" 2>&1
