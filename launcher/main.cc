@@ -160,6 +160,9 @@ WorkerSpec workerSpec(const JobFlags& f, const JobPlan& plan, const Placement& p
   env["HORA_CROSS_RANK"] = std::to_string(p.cross_rank);
   env["HORA_CROSS_SIZE"] = std::to_string(p.cross_size);
   env["HORA_HOSTNAME"] = p.host;
+  // horovodrun's names too: scripts (and Horovod's own tests) read HOROVOD_RANK and the like.
+  for (const char* name : {"RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE", "HOSTNAME"})
+    env[std::string("HOROVOD_") + name] = env[std::string("HORA_") + name];
   env["HORA_RENDEZVOUS_ADDR"] = plan.store_host;
   env["HORA_RENDEZVOUS_PORT"] = std::to_string(store_port);
   if (plan.local.at(p.host)) {

@@ -71,6 +71,8 @@ void store(DataType t, std::byte* p, size_t i, double v) {
     case DataType::kBFloat16: reinterpret_cast<uint16_t*>(p)[i] = hora::collectives::BFloat16::fromFloat(static_cast<float>(v)); break;
     case DataType::kFloat32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DataType::kFloat64: reinterpret_cast<double*>(p)[i] = v; break;
+    case DataType::kInt16: reinterpret_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
+    case DataType::kBool: reinterpret_cast<uint8_t*>(p)[i] = v != 0 ? 1 : 0; break;
   }
 }
 
@@ -84,14 +86,26 @@ double load(DataType t, const std::byte* p, size_t i) {
     case DataType::kBFloat16: return hora::collectives::BFloat16::toFloat(reinterpret_cast<const uint16_t*>(p)[i]);
     case DataType::kFloat32: return reinterpret_cast<const float*>(p)[i];
     case DataType::kFloat64: return reinterpret_cast<const double*>(p)[i];
+    case DataType::kInt16: return reinterpret_cast<const int16_t*>(p)[i];
+    case DataType::kBool: return reinterpret_cast<const uint8_t*>(p)[i] != 0 ? 1 : 0;
   }
   return 0;
 }
 
-double reduced(ReduceOp op, int n, size_t i, bool floating) {
-  double acc = valueOf(0, i, op);
+// What `op` over n ranks gives at element i. bool: Sum and Max are or, Product and Min and, of
+// the inputs' truth, which on 0 and 1 are max and min.
+double reduced(ReduceOp input_op, int n, size_t i, DataType type) {
+  const bool floating = hora::isFloatingPoint(type);
+  auto valueAt = [&](int r) {
+    const double v = valueOf(r, i, input_op);
+    return type == DataType::kBool ? (v != 0 ? 1.0 : 0.0) : v;
+  };
+  ReduceOp op = input_op;
+  if (type == DataType::kBool && op == ReduceOp::kSum) op = ReduceOp::kMax;
+  if (type == DataType::kBool && op == ReduceOp::kProduct) op = ReduceOp::kMin;
+  double acc = valueAt(0);
   for (int r = 1; r < n; ++r) {
-    const double x = valueOf(r, i, op);
+    const double x = valueAt(r);
     switch (op) {
       case ReduceOp::kSum: case ReduceOp::kAverage: acc += x; break;
       case ReduceOp::kProduct: acc *= x; break;
@@ -158,12 +172,13 @@ class Case {
     const auto me = static_cast<size_t>(c_.rank());
     int64_t wrong = 0;
     auto expect = [&](const std::byte* buf, size_t i, double want) {
+      if (cfg_.type == DataType::kBool) want = want != 0 ? 1 : 0;  // as store() writes it
       const double have = load(cfg_.type, buf, i);
       if (std::fabs(have - want) > (floating ? 1e-2 * std::max(1.0, std::fabs(want)) : 0)) ++wrong;
     };
     switch (cfg_.op) {
       case CollectiveKind::kAllreduce:
-        for (size_t i = 0; i < count_; ++i) expect(in_place ? in_.data() : out_.data(), i, reduced(cfg_.redop, n_, i, floating));
+        for (size_t i = 0; i < count_; ++i) expect(in_place ? in_.data() : out_.data(), i, reduced(cfg_.redop, n_, i, cfg_.type));
         break;
       case CollectiveKind::kBroadcast:
         for (size_t i = 0; i < count_; ++i) expect(in_.data(), i, valueOf(cfg_.root, i, cfg_.redop));
@@ -174,7 +189,7 @@ class Case {
         break;
       case CollectiveKind::kReducescatter: {
         const std::byte* res = in_place ? in_.data() + me * per_rank_ * elem_ : out_.data();
-        for (size_t i = 0; i < per_rank_; ++i) expect(res, i, reduced(cfg_.redop, n_, me * per_rank_ + i, floating));
+        for (size_t i = 0; i < per_rank_; ++i) expect(res, i, reduced(cfg_.redop, n_, me * per_rank_ + i, cfg_.type));
         break;
       }
       case CollectiveKind::kAlltoall:
@@ -297,7 +312,7 @@ int main(int argc, char** argv) {
   app.add_option("-b,--minbytes", min_size, "Smallest size in bytes (K, M, G suffixes)");
   app.add_option("-e,--maxbytes", max_size, "Largest size in bytes (K, M, G suffixes)");
   app.add_option("-f,--stepfactor", cfg.factor, "Multiply the size by this between rows")->check(CLI::Range(1.0, 1e6));
-  app.add_option("-d,--datatype", type, "uint8, int8, int32, int64, float16, bfloat16, float32, float64");
+  app.add_option("-d,--datatype", type, "uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool");
   app.add_option("-o,--op", redop, "sum, average, min, max, product");
   app.add_option("-r,--root", cfg.root, "Root of broadcast");
   app.add_option("-n,--iters", cfg.iters, "Timed iterations per size")->check(CLI::Range(1, 1000000));

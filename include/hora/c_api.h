@@ -37,6 +37,8 @@ typedef enum hora_dtype {
   HORA_BFLOAT16 = 5,
   HORA_FLOAT32 = 6,
   HORA_FLOAT64 = 7,
+  HORA_INT16 = 8,
+  HORA_BOOL = 9, /* one byte; Sum and Max are logical or, Product and Min logical and */
 } hora_dtype;
 
 typedef enum hora_reduce_op {

@@ -113,7 +113,8 @@ class HORA_API Engine {
 
   // This rank has no more data (Horovod's join). Until every rank of the process set has
   // joined, the others' allreduces go on with zeros in place of this rank's tensors, and Average
-  // divides by the ranks that contributed; other collectives fail while a rank has joined. When
+  // divides by the set's size, zeros included (as Horovod's does); other collectives fail while
+  // a rank has joined. When
   // the last rank joins the handle completes on every rank and *last_rank holds that rank (in
   // the process set's numbering). last_rank must stay valid until then.
   Handle join(int32_t* last_rank, int process_set = 0);
@@ -132,8 +133,11 @@ class HORA_API Engine {
   std::vector<int> processSetRanks(int id) const;
   std::vector<int> processSetIds() const;
 
-  // Stops the background threads after agreeing with the other ranks; idempotent.
-  void shutdown();
+  // Stops the background threads after agreeing with the other ranks; idempotent. Pending and
+  // later requests fail with ShutdownError on every rank, naming the ranks that stopped and
+  // `why` ("rank 1 called shutdown()"): a phrase that follows "rank N", e.g. "is exiting: its
+  // script raised ValueError: bad shard 3"; empty says "shut down its engine".
+  void shutdown(const std::string& why = "");
 
   EngineStats stats() const;
 

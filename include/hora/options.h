@@ -13,10 +13,16 @@
 
 namespace hora {
 
+// Scaling is Horovod's: floating-point elements are multiplied by the factor in their own type
+// (float16 and bfloat16 in float32), integers in double and then truncated toward zero (a result
+// outside the type wraps into its width, as integer sums do; int64 beyond 2^53 loses its low
+// bits, as in Horovod). Average is Sum with the postscale factor divided by the number of ranks,
+// so an integer Average is Sum * (postscale / n) truncated. bool takes neither scale factors nor
+// Average.
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kSum;
   double prescale = 1.0;   // every input is multiplied by this before the reduction
-  double postscale = 1.0;  // the result is multiplied by this (after Average's division)
+  double postscale = 1.0;  // the result is multiplied by this (by this / n for Average)
 };
 
 struct RendezvousOptions {

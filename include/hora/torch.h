@@ -13,9 +13,10 @@
 // Names follow horovod.torch (snake_case, like libtorch's own API), so a Python script ports line
 // by line. Every collective goes through the process's hora::Engine: it is named, negotiated
 // among the ranks, fused with others and run on the engine thread; ranks may issue the same
-// names in different orders. Tensors are CPU tensors of uint8, int8, int32, int64, float16,
-// bfloat16, float32 or float64; anything else throws hora::InvalidArgumentError naming the
-// operation. Failures are the core's typed errors (hora/errors.h): MismatchError when ranks
+// names in different orders. Tensors are CPU tensors of uint8, int8, int16, int32, int64,
+// float16, bfloat16, float32, float64 or bool, for every collective (bool reduces as logical or
+// and and, and refuses Average and scale factors); anything else throws
+// hora::InvalidArgumentError naming the operation. Failures are the core's typed errors (hora/errors.h): MismatchError when ranks
 // disagree on a tensor, PeerError when a rank died, TimeoutError, ShutdownError.
 //
 // Thread safety: collectives may be issued from any thread; init/shutdown from one.
@@ -69,7 +70,7 @@ struct ReduceOptions {
   std::string name;
   ReduceOp op = ReduceOp::kAverage;
   double prescale_factor = 1.0;   // inputs are multiplied by this before the reduction
-  double postscale_factor = 1.0;  // the result is multiplied by this (after Average's division)
+  double postscale_factor = 1.0;  // the result is multiplied by this (by this / n for Average)
   int process_set = 0;
 };
 

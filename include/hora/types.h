@@ -21,12 +21,15 @@ enum class DataType : int32_t {
   kBFloat16 = 5,  // bfloat16; reduced in float32
   kFloat32 = 6,
   kFloat64 = 7,
+  kInt16 = 8,
+  kBool = 9,  // one byte, 0 or 1 (any non-zero byte reads as true). Sum and Max are logical or,
+              // Product and Min logical and; Average and scale factors are refused
 };
-inline constexpr int kNumDataTypes = 8;
+inline constexpr int kNumDataTypes = 10;
 
 enum class ReduceOp : int32_t {
   kSum = 0,
-  kAverage = 1,  // Sum divided by the number of ranks (integer division for integer types)
+  kAverage = 1,  // Sum times 1/(number of ranks): a postscale factor (see AllreduceOptions)
   kMin = 2,
   kMax = 3,
   kProduct = 4,
@@ -48,7 +51,7 @@ inline constexpr int kNumCollectiveKinds = 7;
 
 // Size of one element in bytes. Throws InvalidArgumentError for a value outside the enum.
 HORA_API size_t dataTypeSize(DataType type);
-HORA_API bool isFloatingPoint(DataType type);
+HORA_API bool isFloatingPoint(DataType type);  // float16, bfloat16, float32, float64
 
 HORA_API std::string_view toString(DataType type);
 HORA_API std::string_view toString(ReduceOp op);

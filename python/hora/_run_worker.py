@@ -3,11 +3,20 @@
 import base64
 import os
 import sys
+import time
 import traceback
 
 import cloudpickle
 
+from hora import _departure
 from hora.runner import RESULT_MARKER
+
+
+def _is_consequence(e):
+    """Whether `e` is hora's report of another rank's failure or departure (PeerError,
+    ShutdownError), rather than a root cause of this rank's own."""
+    core = sys.modules.get("hora._core")
+    return core is not None and isinstance(e, (core.PeerError, core.ShutdownError))
 
 
 def _report(rank, outcome):
@@ -15,7 +24,7 @@ def _report(rank, outcome):
         data = cloudpickle.dumps(outcome)
     except Exception as e:  # an unpicklable return value is this rank's error
         data = cloudpickle.dumps(("error", type(e).__name__, f"cannot pickle the result: {e}",
-                                  traceback.format_exc(), None))
+                                  traceback.format_exc(), None, time.time(), False))
     sys.stdout.write(f"{RESULT_MARKER} {rank} {base64.b64encode(data).decode()}\n")
     sys.stdout.flush()
 
@@ -30,11 +39,15 @@ def main():
         fn, args, kwargs = cloudpickle.loads(base64.b64decode(payload))
         result = fn(*args, **kwargs)
     except BaseException as e:  # SystemExit and KeyboardInterrupt too: the caller hears of them
+        when = time.time()  # the caller leads with the root cause: the earliest non-consequence
         try:
             exc_bytes = cloudpickle.dumps(e)
         except Exception:
             exc_bytes = None
-        _report(rank, ("error", type(e).__name__, str(e), traceback.format_exc(), exc_bytes))
+        _report(rank, ("error", type(e).__name__, str(e), traceback.format_exc(), exc_bytes, when,
+                       _is_consequence(e)))
+        # The other ranks' pending collectives fail naming this rank and the exception.
+        _departure.leave(f"is exiting: its hora.run function raised {type(e).__name__}: {e}")
         return 1
     _report(rank, ("ok", result))
     return 0

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 
 import cloudpickle
 
@@ -21,6 +22,8 @@ import cloudpickle
 # without a final newline stays on the line before it), its rank and its base64-pickled outcome.
 RESULT_MARKER = "\x1eHORA_RUN_RESULT"
 _RESULT_LINE = re.compile(r"^\[(\d+)\]<stdout>:(.*)" + RESULT_MARKER + r" (\d+) (\S+)$")
+# horarun's last line when a worker failed: which rank left first, and how.
+_FIRST_EXIT = re.compile(r"^horarun: rank (\d+) on host \S+ (.*); the other ranks were stopped$")
 # Payloads above this go through a file (an environment string is limited to 128 KiB).
 _INLINE_PAYLOAD_LIMIT = 100_000
 
@@ -58,20 +61,25 @@ def _host_flag(hosts):
     return ["-H", ",".join(f"{h}:{n}" for h, n in hosts)]
 
 
-def run(fn, args=(), kwargs=None, np=1, hosts=None, env=None, *, start_timeout=None, ssh_port=None,
+def run(fn, args=(), kwargs=None, np=1, hosts=None, env=None, *, hostfile=None, start_timeout=None, ssh_port=None,
         ssh_identity_file=None, executable=None, verbose=False):
     """Runs ``fn(*args, **kwargs)`` on ``np`` workers and returns the list of their return
     values in rank order.
 
     ``hosts``: "a:2,b:2" or [("a", 2), ("b", 2)] (default: this host); the working directory must
-    exist on every host, and be shared when the pickled function exceeds 100 KB. ``env``: extra
-    environment variables for the workers. An exception in any worker is raised here as
-    RunError naming the rank, with the worker's traceback; the other workers are stopped.
+    exist on every host, and be shared when the pickled function exceeds 100 KB. ``hostfile``:
+    horarun's --hostfile, instead of ``hosts``. ``env``: extra environment variables for the
+    workers. An exception in any worker is raised here as
+    RunError naming the rank, with the worker's traceback; the other workers are stopped. The
+    RunError leads with the root cause (the first rank whose function raised, or that left
+    first) and lists the other ranks' consequential errors after it.
     """
     if np < 1:
         raise ValueError(f"np must be at least 1, got {np}")
     payload = base64.b64encode(cloudpickle.dumps((fn, tuple(args), dict(kwargs or {})))).decode()
     command = [_horarun(), "-np", str(np)] + _host_flag(hosts)
+    if hostfile is not None:
+        command += ["--hostfile", str(hostfile)]
     if start_timeout is not None:
         command += ["--start-timeout", str(start_timeout)]
     if ssh_port is not None:
@@ -102,8 +110,12 @@ def run(fn, args=(), kwargs=None, np=1, hosts=None, env=None, *, start_timeout=N
     command += [executable or sys.executable, "-m", "hora._run_worker"]
 
     outcomes = {}
+    first_exit = []  # (rank, "exited with code 9"), from horarun's stderr
     try:
-        with subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE, text=True, bufsize=1) as proc:
+        with subprocess.Popen(command, env=child_env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              bufsize=1) as proc:
+            forwarder = threading.Thread(target=_forward_stderr, args=(proc.stderr, first_exit), daemon=True)
+            forwarder.start()
             for line in proc.stdout:
                 match = _RESULT_LINE.match(line.rstrip("\n"))
                 if match:
@@ -113,26 +125,58 @@ def run(fn, args=(), kwargs=None, np=1, hosts=None, env=None, *, start_timeout=N
                 else:
                     sys.stdout.write(line)
             code = proc.wait()
+            forwarder.join()
     finally:
         if payload_dir:
             shutil.rmtree(payload_dir, ignore_errors=True)
 
-    failures = sorted(r for r, o in outcomes.items() if o[0] == "error")
-    if failures:
-        rank = failures[0]
-        _, type_name, text, tb, exc_bytes = outcomes[rank]
-        error = RunError(f"rank {rank} raised {type_name}: {text}\n\nTraceback on rank {rank}:\n{tb}",
-                         rank=rank, remote_traceback=tb, exit_code=code)
-        cause = None
-        if exc_bytes is not None:
-            try:
-                cause = cloudpickle.loads(exc_bytes)
-            except Exception:  # the exception's class may not exist here
-                cause = None
-        raise error from cause
     missing = [r for r in range(np) if r not in outcomes]
+    if any(o[0] == "error" for o in outcomes.values()) or (first_exit and first_exit[0][0] in missing):
+        _raise_root_cause(outcomes, missing, first_exit[0] if first_exit else None, code)
     if code != 0 or missing:
         raise RunError(f"horarun exited with code {code}; ranks {missing} returned no result "
                        "(see the output above for the reason)", rank=missing[0] if missing else None,
                        exit_code=code)
     return [outcomes[r][1] for r in range(np)]
+
+
+def _forward_stderr(stream, first_exit):
+    """Passes horarun's stderr through, noting which rank it saw leave first."""
+    for line in stream:
+        sys.stderr.write(line)
+        match = _FIRST_EXIT.match(line.rstrip("\n"))
+        if match and not first_exit:
+            first_exit.append((int(match.group(1)), match.group(2)))
+
+
+def _raise_root_cause(outcomes, missing, first_exit, code):
+    """Raises RunError leading with the root cause, then the other ranks' consequential errors.
+
+    The root cause is the earliest error that is not hora's report of another rank leaving
+    (PeerError, ShutdownError); failing that, the rank horarun saw leave first, even when it
+    reported nothing (killed, os._exit); failing that, the earliest error."""
+    errors = {r: o for r, o in outcomes.items() if o[0] == "error"}
+    by_time = sorted(errors, key=lambda r: errors[r][5])
+    roots = [r for r in by_time if not errors[r][6]]
+    if roots:
+        lead = roots[0]
+    elif first_exit is not None:
+        lead = first_exit[0]
+    else:
+        lead = by_time[0]
+    if lead in errors:
+        _, type_name, text, tb, exc_bytes = errors[lead][:5]
+        head = f"rank {lead} raised {type_name}: {text}\n\nTraceback on rank {lead}:\n{tb}"
+    else:
+        tb, exc_bytes = None, None
+        head = f"rank {lead} {first_exit[1]} before returning a result (see its output above)"
+    then = [f"  rank {r} raised {errors[r][1]}: {(errors[r][2].splitlines() or [''])[0]}" for r in by_time if r != lead]
+    then += [f"  rank {r} returned no result (stopped by horarun)" for r in missing if r != lead]
+    message = head + ("\nThen, as a consequence:\n" + "\n".join(then) if then else "")
+    cause = None
+    if exc_bytes is not None:
+        try:
+            cause = cloudpickle.loads(exc_bytes)
+        except Exception:  # the exception's class may not exist here
+            cause = None
+    raise RunError(message, rank=lead, remote_traceback=tb, exit_code=code) from cause

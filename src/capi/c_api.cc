@@ -14,6 +14,15 @@ struct hora_comm {
 
 namespace {
 
+// The C enums are the C++ ones by value (hora/types.h): the casts below rely on it.
+constexpr bool sameType(hora_dtype c, hora::DataType cpp) { return static_cast<int>(c) == static_cast<int>(cpp); }
+static_assert(sameType(HORA_UINT8, hora::DataType::kUInt8) && sameType(HORA_INT8, hora::DataType::kInt8) &&
+              sameType(HORA_INT32, hora::DataType::kInt32) && sameType(HORA_INT64, hora::DataType::kInt64) &&
+              sameType(HORA_FLOAT16, hora::DataType::kFloat16) && sameType(HORA_BFLOAT16, hora::DataType::kBFloat16) &&
+              sameType(HORA_FLOAT32, hora::DataType::kFloat32) && sameType(HORA_FLOAT64, hora::DataType::kFloat64) &&
+              sameType(HORA_INT16, hora::DataType::kInt16) && sameType(HORA_BOOL, hora::DataType::kBool));
+static_assert(hora::kNumDataTypes == HORA_BOOL + 1, "a data type is missing from hora_dtype");
+
 thread_local std::string last_error;
 
 hora_status statusOf(hora::ErrorKind kind) {

@@ -38,11 +38,8 @@ void checkType(std::string_view op, DataType type) {
   if (v < 0 || v >= kNumDataTypes) invalid(op, "unknown data type " + std::to_string(v));
 }
 
-void checkOptions(std::string_view op, const AllreduceOptions& o) {
-  const int v = static_cast<int>(o.op);
-  if (v < 0 || v >= kNumReduceOps) invalid(op, "unknown reduce op " + std::to_string(v));
-  if (!std::isfinite(o.prescale)) invalid(op, "prescale factor is not finite");
-  if (!std::isfinite(o.postscale)) invalid(op, "postscale factor is not finite");
+void checkOptions(std::string_view op, DataType type, const AllreduceOptions& o) {
+  if (std::string why = collectives::whyNotReducible(type, o); !why.empty()) invalid(op, why);
 }
 
 void checkBuffer(std::string_view op, std::string_view name, const void* p, size_t count) {
@@ -196,7 +193,7 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
                              const AllreduceOptions& o) {
   constexpr std::string_view op = "allreduce";
   checkType(op, type);
-  checkOptions(op, o);
+  checkOptions(op, type, o);
   checkBuffer(op, "send", send, count);
   checkBuffer(op, "recv", recv, count);
   const size_t bytes = checkedBytes(op, count, type);
@@ -267,7 +264,7 @@ void Communicator::reducescatter(const void* send, void* recv, std::span<const s
                                  DataType type, const AllreduceOptions& o) {
   constexpr std::string_view op = "reducescatter";
   checkType(op, type);
-  checkOptions(op, o);
+  checkOptions(op, type, o);
   const size_t total = checkCounts(op, "recv_counts", recv_counts, size());
   checkBuffer(op, "send", send, total);
   checkBuffer(op, "recv", recv, recv_counts[static_cast<size_t>(rank())]);

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <type_traits>
 
 #include "collectives/half.h"
@@ -59,6 +61,15 @@ HORA_INLINE void reduceTyped(ReduceOp op, T* out, const T* a, const T* b, size_t
   }
 }
 
+// bool as bytes: any non-zero byte is true, results are 0 or 1. Sum (and Average, which
+// whyNotReducible refuses) and Max are `or`; Product and Min are `and`.
+HORA_INLINE void reduceBool(ReduceOp op, uint8_t* out, const uint8_t* a, const uint8_t* b, size_t n) {
+  if (op == ReduceOp::kProduct || op == ReduceOp::kMin)
+    binaryLoop(out, a, b, n, [](uint8_t x, uint8_t y) { return static_cast<uint8_t>(x != 0 && y != 0); });
+  else
+    binaryLoop(out, a, b, n, [](uint8_t x, uint8_t y) { return static_cast<uint8_t>((x | y) != 0); });
+}
+
 // `r`, the result of x + y or x * y, except that where x is NaN it is x's NaN (made quiet). When
 // both operands are NaN, x86 returns the first, but the compiler may swap the operands of + and
 // *; this fixes which NaN's sign (and, in bfloat16, payload) the result carries, as the
@@ -94,6 +105,8 @@ HORA_KERNEL void reduceKernel(DataType type, ReduceOp op, void* out, const void*
     case DataType::kInt8: reduceTyped(op, static_cast<int8_t*>(out), static_cast<const int8_t*>(a), static_cast<const int8_t*>(b), n); return;
     case DataType::kInt32: reduceTyped(op, static_cast<int32_t*>(out), static_cast<const int32_t*>(a), static_cast<const int32_t*>(b), n); return;
     case DataType::kInt64: reduceTyped(op, static_cast<int64_t*>(out), static_cast<const int64_t*>(a), static_cast<const int64_t*>(b), n); return;
+    case DataType::kInt16: reduceTyped(op, static_cast<int16_t*>(out), static_cast<const int16_t*>(a), static_cast<const int16_t*>(b), n); return;
+    case DataType::kBool: reduceBool(op, static_cast<uint8_t*>(out), static_cast<const uint8_t*>(a), static_cast<const uint8_t*>(b), n); return;
     case DataType::kFloat32: reduceTyped(op, static_cast<float*>(out), static_cast<const float*>(a), static_cast<const float*>(b), n); return;
     case DataType::kFloat64: reduceTyped(op, static_cast<double*>(out), static_cast<const double*>(a), static_cast<const double*>(b), n); return;
     case DataType::kFloat16:
@@ -102,10 +115,25 @@ HORA_KERNEL void reduceKernel(DataType type, ReduceOp op, void* out, const void*
   throw InternalError("unreachable: 16-bit float in reduceKernel");
 }
 
+// v converted to T toward zero, as C++ converts a double to an integer (and as Horovod scales
+// integers on the CPU). Where that conversion is undefined, the result is defined here: beyond
+// int64's range v saturates to it, NaN gives 0, and a value outside T wraps into T's width.
+template <typename T>
+HORA_INLINE T truncateToInteger(double v) {
+  constexpr double kTwoTo63 = 9223372036854775808.0;
+  int64_t i = 0;
+  if (v >= kTwoTo63) i = std::numeric_limits<int64_t>::max();
+  else if (v < -kTwoTo63) i = std::numeric_limits<int64_t>::min();
+  else if (v == v) i = static_cast<int64_t>(v);
+  return static_cast<T>(static_cast<std::make_unsigned_t<T>>(i));
+}
+
+// Horovod's arithmetic: integers are multiplied in double and truncated; floats are multiplied
+// in their own type by the factor rounded to it.
 template <typename T>
 HORA_INLINE void scaleTyped(T* out, const T* in, size_t n, double f) {
   if constexpr (std::is_integral_v<T>) {
-    for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(std::llround(static_cast<double>(in[i]) * f));
+    for (size_t i = 0; i < n; ++i) out[i] = truncateToInteger<T>(static_cast<double>(in[i]) * f);
   } else {
     const T tf = static_cast<T>(f);
     for (size_t i = 0; i < n; ++i) out[i] = in[i] * tf;
@@ -127,18 +155,14 @@ HORA_KERNEL void scaleKernel(DataType type, void* out, const void* in, size_t n,
     case DataType::kInt8: scaleTyped(static_cast<int8_t*>(out), static_cast<const int8_t*>(in), n, f); return;
     case DataType::kInt32: scaleTyped(static_cast<int32_t*>(out), static_cast<const int32_t*>(in), n, f); return;
     case DataType::kInt64: scaleTyped(static_cast<int64_t*>(out), static_cast<const int64_t*>(in), n, f); return;
+    case DataType::kInt16: scaleTyped(static_cast<int16_t*>(out), static_cast<const int16_t*>(in), n, f); return;
+    case DataType::kBool: throw InvalidArgumentError("bool elements cannot be scaled");
     case DataType::kFloat32: scaleTyped(static_cast<float*>(out), static_cast<const float*>(in), n, f); return;
     case DataType::kFloat64: scaleTyped(static_cast<double*>(out), static_cast<const double*>(in), n, f); return;
     case DataType::kFloat16:
     case DataType::kBFloat16: break;
   }
   throw InternalError("unreachable: 16-bit float in scaleKernel");
-}
-
-template <typename T>
-HORA_INLINE void divideTyped(T* out, const T* in, size_t n, int d) {
-  const T td = static_cast<T>(d);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(in[i] / td);
 }
 
 bool is16BitFloat(DataType type) { return type == DataType::kFloat16 || type == DataType::kBFloat16; }
@@ -225,23 +249,23 @@ void finalize(DataType type, ReduceOp op, void* out, const void* in, size_t coun
     if (out != in && count > 0) std::memmove(out, in, count * dataTypeSize(type));
     return;
   }
-  double factor = postscale;
-  if (op == ReduceOp::kAverage && nranks != 1) {
-    if (isFloatingPoint(type)) {
-      factor /= nranks;
-    } else {
-      switch (type) {
-        case DataType::kUInt8: divideTyped(static_cast<uint8_t*>(out), static_cast<const uint8_t*>(in), count, nranks); break;
-        case DataType::kInt8: divideTyped(static_cast<int8_t*>(out), static_cast<const int8_t*>(in), count, nranks); break;
-        case DataType::kInt32: divideTyped(static_cast<int32_t*>(out), static_cast<const int32_t*>(in), count, nranks); break;
-        case DataType::kInt64: divideTyped(static_cast<int64_t*>(out), static_cast<const int64_t*>(in), count, nranks); break;
-        default: throw InternalError("unreachable: integer average of a floating type");
-      }
-      if (postscale == 1.0) return;
-      in = out;
-    }
-  }
+  // Average is a postscale, for integers too (one truncation of sum * postscale / n), as in
+  // Horovod; the factor is divided in double before the elements are multiplied by it.
+  const double factor = op == ReduceOp::kAverage ? postscale / nranks : postscale;
   scale(type, out, in, count, factor);
+}
+
+std::string whyNotReducible(DataType type, const AllreduceOptions& o) {
+  const int t = static_cast<int>(type), op = static_cast<int>(o.op);
+  if (t < 0 || t >= kNumDataTypes) return "unknown data type " + std::to_string(t);
+  if (op < 0 || op >= kNumReduceOps) return "unknown reduce op " + std::to_string(op);
+  if (!std::isfinite(o.prescale)) return "prescale factor is not finite";
+  if (!std::isfinite(o.postscale)) return "postscale factor is not finite";
+  if (type == DataType::kBool && o.op == ReduceOp::kAverage)
+    return "bool tensors cannot be averaged (Sum is logical or, Product logical and)";
+  if (type == DataType::kBool && (o.prescale != 1.0 || o.postscale != 1.0))
+    return "bool tensors cannot be scaled (prescale and postscale factors must be 1)";
+  return {};
 }
 
 }  // namespace hora::collectives

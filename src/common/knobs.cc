@@ -77,7 +77,8 @@ constexpr KnobSpec kKnobs[] = {
      "After this many seconds of a stall the job fails on every rank with an error naming the "
      "tensors and the missing ranks; 0 = never."},
     {"HORA_TIMELINE", "HOROVOD_TIMELINE", G::kTuning, "",
-     "Write a Chrome trace-event timeline of the engine to this file (chrome://tracing, Perfetto)."},
+     "Write a Chrome trace-event timeline of the engine to this file (chrome://tracing, Perfetto); "
+     "DYNAMIC = none until start_timeline() is called, as in Horovod."},
     {"HORA_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", G::kTuning, "0",
      "1 = mark the start of every engine cycle in the timeline."},
     {"HORA_TIMELINE_ALL_RANKS", "", G::kTuning, "0",

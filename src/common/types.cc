@@ -6,9 +6,10 @@
 
 namespace hora {
 namespace {
-constexpr std::string_view kTypeNames[] = {"uint8",    "int8",     "int32",   "int64",
-                                           "float16",  "bfloat16", "float32", "float64"};
-constexpr size_t kTypeSizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
+constexpr std::string_view kTypeNames[] = {"uint8",   "int8",    "int32", "int64", "float16",
+                                           "bfloat16", "float32", "float64", "int16", "bool"};
+constexpr size_t kTypeSizes[] = {1, 1, 4, 8, 2, 2, 4, 8, 2, 1};
+static_assert(std::size(kTypeNames) == kNumDataTypes && std::size(kTypeSizes) == kNumDataTypes);
 constexpr std::string_view kOpNames[] = {"sum", "average", "min", "max", "product"};
 constexpr std::string_view kCollectiveNames[] = {"allreduce",     "allgather", "broadcast", "alltoall",
                                                  "reducescatter", "join",      "barrier"};
@@ -24,7 +25,15 @@ int checkedIndex(DataType type) {
 
 size_t dataTypeSize(DataType type) { return kTypeSizes[checkedIndex(type)]; }
 
-bool isFloatingPoint(DataType type) { return checkedIndex(type) >= static_cast<int>(DataType::kFloat16); }
+bool isFloatingPoint(DataType type) {
+  switch (static_cast<DataType>(checkedIndex(type))) {
+    case DataType::kFloat16:
+    case DataType::kBFloat16:
+    case DataType::kFloat32:
+    case DataType::kFloat64: return true;
+    default: return false;
+  }
+}
 
 std::string_view toString(DataType type) {
   const int i = static_cast<int>(type);
@@ -49,6 +58,7 @@ std::optional<DataType> parseDataType(std::string_view name) {
   if (name == "half" || name == "fp16") return DataType::kFloat16;
   if (name == "bf16") return DataType::kBFloat16;
   if (name == "int") return DataType::kInt32;
+  if (name == "short") return DataType::kInt16;
   return std::nullopt;
 }
 

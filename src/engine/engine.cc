@@ -47,7 +47,7 @@ int Engine::addProcessSet(std::vector<int> ranks) { return sets_->add(std::move(
 void Engine::removeProcessSet(int id) { sets_->remove(id); }
 std::vector<int> Engine::processSetRanks(int id) const { return sets_->ranksOf(id); }
 std::vector<int> Engine::processSetIds() const { return sets_->ids(); }
-void Engine::shutdown() { sets_->shutdown(); }
+void Engine::shutdown(const std::string& why) { sets_->shutdown(why); }
 void Engine::startTimeline(const std::string& path, bool mark_cycles, bool all_ranks) {
   sets_->world().startTimeline(path, mark_cycles, all_ranks);
 }

@@ -15,6 +15,8 @@ EngineOptions engineOptionsFrom(const common::Env& env) {
   o.stall_check = std::chrono::seconds(env.getInt("HORA_STALL_CHECK_TIME_SECONDS", 0, 1 << 30));
   o.stall_shutdown = std::chrono::seconds(env.getInt("HORA_STALL_SHUTDOWN_TIME_SECONDS", 0, 1 << 30));
   o.timeline = env.getString("HORA_TIMELINE");
+  // Horovod's HOROVOD_TIMELINE=DYNAMIC: no file until the script calls start_timeline().
+  if (o.timeline == "DYNAMIC") o.timeline.clear();
   o.timeline_mark_cycles = env.getBool("HORA_TIMELINE_MARK_CYCLES");
   o.timeline_all_ranks = env.getBool("HORA_TIMELINE_ALL_RANKS");
   return o;

@@ -76,12 +76,9 @@ Executor::Executor(Communicator& comm, Tracer& tracer, FindMine find_mine, Finis
 void Executor::allreduce(std::span<const Response> group) {
   const Response& head = group[0];
   const RequestMeta& first = head.metas[at(rank_)];
-  AllreduceOptions o{first.reduce_op, first.prescale, first.postscale};
-  if (!head.joined.empty() && o.op == ReduceOp::kAverage) {
-    // The joined ranks' zeros are not data: average over the ranks that contributed.
-    o.op = ReduceOp::kSum;
-    o.postscale /= static_cast<double>(size_ - static_cast<int>(head.joined.size()));
-  }
+  // With joined ranks, Average still divides by every rank of the set, their zeros included:
+  // Horovod's semantics (Note [join]).
+  const AllreduceOptions o{first.reduce_op, first.prescale, first.postscale};
   const size_t elem = dataTypeSize(first.type);
   size_t total = 0;
   for (const Response& r : group) total += static_cast<size_t>(r.metas[at(rank_)].elements());
@@ -146,9 +143,10 @@ void Executor::run(const Response& r) {
   if (tracer_.active()) {
     const size_t bytes = static_cast<size_t>(m.elements()) * dataTypeSize(m.type);
     tracer_.end(r.name);  // QUEUE
-    tracer_.begin(r.name, eventNameOf(m.op),
-                  "{\"algorithm\":\"" + comm_.algorithmFor(m.op, bytes) + "\",\"bytes\":" +
-                      std::to_string(bytes) + "}");
+    // A join moves no data: it has no algorithm to name.
+    const std::string algorithm =
+        m.op == CollectiveKind::kJoin ? "" : "\"algorithm\":\"" + comm_.algorithmFor(m.op, bytes) + "\",";
+    tracer_.begin(r.name, eventNameOf(m.op), "{" + algorithm + "\"bytes\":" + std::to_string(bytes) + "}");
   }
   std::vector<int64_t> shape = m.shape;
   switch (m.op) {

@@ -68,7 +68,6 @@ void encode(const RequestMeta& m, std::vector<uint8_t>& out) {
   put<double>(out, m.prescale);
   put<double>(out, m.postscale);
   put<int32_t>(out, m.root);
-  put<uint8_t>(out, m.duplicate ? 1 : 0);
   put<uint32_t>(out, static_cast<uint32_t>(m.shape.size()));
   for (int64_t d : m.shape) put<int64_t>(out, d);
   put<uint32_t>(out, static_cast<uint32_t>(m.splits.size()));
@@ -90,7 +89,6 @@ std::vector<RequestMeta> decodeAll(std::span<const uint8_t> bytes) {
     m.prescale = in.get<double>();
     m.postscale = in.get<double>();
     m.root = in.get<int32_t>();
-    m.duplicate = in.get<uint8_t>() != 0;
     const auto dims = in.get<uint32_t>();
     for (uint32_t i = 0; i < dims; ++i) m.shape.push_back(in.get<int64_t>());
     const auto splits = in.get<uint32_t>();

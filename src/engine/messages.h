@@ -20,7 +20,6 @@ struct RequestMeta {
   double prescale = 1.0, postscale = 1.0;
   int32_t root = 0;
   std::vector<int64_t> splits;
-  bool duplicate = false;  // the name was submitted again while in flight on this rank
 
   static RequestMeta of(const Request& r);
   bool operator==(const RequestMeta&) const = default;

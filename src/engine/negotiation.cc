@@ -86,7 +86,9 @@ std::string validate(const std::string& name, const std::vector<RequestMeta>& by
 
 void standIn(Response& r, std::vector<int> joined) {
   const CollectiveKind op = r.metas[0].op;
-  if (r.error.empty() && op != CollectiveKind::kAllreduce && op != CollectiveKind::kBarrier) {
+  // Before any disagreement among the other ranks (a broadcast's roots, say): Horovod reports
+  // the join first too.
+  if (op != CollectiveKind::kAllreduce && op != CollectiveKind::kBarrier) {
     std::string ranks;
     for (int x : joined) ranks += (ranks.empty() ? "" : ", ") + std::to_string(x);
     r.error = "Tensor '" + r.name + "': " + std::string(toString(op)) + " cannot run while rank(s) " + ranks +
@@ -102,10 +104,6 @@ void PendingTable::add(int rank, RequestMeta meta, Clock::time_point now) {
     e.by_rank.resize(static_cast<size_t>(size_));
     e.arrival = next_arrival_++;
     e.first_seen = now;
-  }
-  if (meta.duplicate) {
-    e.duplicate_ranks.push_back(rank);
-    return;
   }
   if (meta.op == CollectiveKind::kJoin) {
     joined_[static_cast<size_t>(rank)] = true;
@@ -132,17 +130,8 @@ std::vector<Response> PendingTable::takeReady() {
     std::vector<int> stand_ins;
     for (int r = 0; r < size_; ++r)
       if (joined_[static_cast<size_t>(r)] && !e.by_rank[static_cast<size_t>(r)]) stand_ins.push_back(r);
-    if (e.present == 0 || e.present + static_cast<int>(stand_ins.size()) < size_) {  // a duplicate too waits for every rank
+    if (e.present == 0 || e.present + static_cast<int>(stand_ins.size()) < size_) {
       ++it;
-      continue;
-    }
-    if (!e.duplicate_ranks.empty()) {
-      std::string ranks;
-      for (int r : e.duplicate_ranks) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
-      ready.push_back({e.arrival, {it->first, {}, "Tensor '" + it->first +
-                                   "' was submitted again while still in flight on rank(s) " + ranks +
-                                   "; every name may be in flight once"}});
-      it = entries_.erase(it);
       continue;
     }
     Response r{it->first, {}, ""};

@@ -29,13 +29,14 @@ struct Response {
 
 // Note [join]: a rank that calls join has run out of data. The table counts it as present for
 // every allreduce (and barrier) the other ranks submit, and it takes part in those with zeros;
-// Average then divides by the ranks that contributed. Other collectives cannot be filled in
+// Average still divides by every rank, as Horovod's does (its test expects (n-1)/n of a tensor
+// that n-1 ranks submitted). Other collectives cannot be filled in
 // with zeros, so they fail while a rank has joined. When every rank has joined, the join
 // completes everywhere with the last rank to join and the joined set starts afresh. Since the
 // table is replicated, every rank knows the joined set at the same point of the same cycle.
 
 // Records that the joined ranks stand in for `r` (Note [join]); an error for collectives that
-// cannot go on with joined ranks.
+// cannot go on with joined ranks (it replaces a validation error, as in Horovod).
 void standIn(Response& r, std::vector<int> joined);
 
 // "": the ranks agree; otherwise the MismatchError text naming the tensor, the field and ranks.
@@ -69,7 +70,6 @@ class PendingTable {
  private:
   struct Entry {
     std::vector<std::optional<RequestMeta>> by_rank;
-    std::vector<int> duplicate_ranks;
     uint64_t arrival = 0;
     Clock::time_point first_seen;
     int present = 0;

@@ -13,14 +13,7 @@ Negotiator::Negotiator(Communicator& comm, Tracer& tracer, int cache_capacity)
 
 void Negotiator::admit(std::vector<Submission> fresh) {
   for (auto& l : fresh) {
-    const std::string name = l.meta.name;
-    if (in_flight_.count(name)) {
-      RequestMeta dup = l.meta;
-      dup.duplicate = true;
-      dup_announce_.push_back(std::move(dup));
-      duplicates_.push_back(std::move(l));
-      continue;
-    }
+    const std::string name = l.meta.name;  // not in flight: the Runtime refuses a second enqueue
     tracer_.begin(name, "NEGOTIATE_" + eventNameOf(l.meta.op));
     const int slot = cache_.find(name, rank_, l.meta);
     if (slot >= 0) cached_waiting_[slot] = name;
@@ -80,9 +73,7 @@ void Negotiator::negotiateInFull(std::vector<Response>& ready, std::vector<std::
     auto it = in_flight_.find(name);
     if (it != in_flight_.end() && announced.insert(name).second) encode(it->second.meta, mine);
   }
-  for (const auto& m : dup_announce_) encode(m, mine);
   to_announce_.clear();
-  dup_announce_.clear();
   std::vector<size_t> counts;
   const std::vector<uint8_t> all = allgatherRequests(comm_, mine, counts);
   const auto now = Clock::now();
@@ -100,7 +91,7 @@ void Negotiator::negotiateInFull(std::vector<Response>& ready, std::vector<std::
           cached_waiting_.erase(it);
         }
       }
-      if (tracer_.active() && !m.duplicate) tracer_.mark(m.name, "rank " + std::to_string(r) + " ready");
+      if (tracer_.active()) tracer_.mark(m.name, "rank " + std::to_string(r) + " ready");
       table_.add(r, std::move(m), now);
     }
   }
@@ -146,22 +137,9 @@ std::optional<Submission> Negotiator::release(const std::string& name) {
   return done;
 }
 
-void Negotiator::failDuplicates(const std::string& name, std::exception_ptr error) {
-  for (auto it = duplicates_.begin(); it != duplicates_.end();) {
-    if (it->meta.name == name) {
-      it->state->complete(error);
-      it = duplicates_.erase(it);
-    } else {
-      ++it;
-    }
-  }
-}
-
 void Negotiator::failAll(std::exception_ptr error) {
   for (auto& [name, l] : in_flight_) l.state->complete(error);
   in_flight_.clear();
-  for (auto& l : duplicates_) l.state->complete(error);
-  duplicates_.clear();
   cached_waiting_.clear();
 }
 

@@ -26,10 +26,10 @@ class Negotiator {
   Negotiator(Communicator& comm, Tracer& tracer, int cache_capacity);
 
   // Takes newly enqueued requests in: those the response cache knows wait for their slot's
-  // byte, the others for the next full negotiation; a name already in flight is a duplicate.
+  // byte, the others for the next full negotiation. No name is in flight twice (Runtime::enqueue).
   void admit(std::vector<Submission> fresh);
   // Whether this rank has requests the other ranks have not heard of yet.
-  bool hasAnnouncements() const { return !to_announce_.empty() || !dup_announce_.empty(); }
+  bool hasAnnouncements() const { return !to_announce_.empty(); }
 
   // This rank's control vector: its cache bytes and whether it announces.
   ControlVector controlVector() const;
@@ -46,8 +46,6 @@ class Negotiator {
   Submission* inFlight(const std::string& name);
   // Removes this rank's submission of `name` once its response ran; nullopt if there is none.
   std::optional<Submission> release(const std::string& name);
-  // Fails the second submissions of `name` (its response is an error).
-  void failDuplicates(const std::string& name, std::exception_ptr error);
   // Fails every request this rank has in flight.
   void failAll(std::exception_ptr error);
 
@@ -59,10 +57,8 @@ class Negotiator {
   const int rank_, size_;
 
   std::map<std::string, Submission> in_flight_;  // by name
-  std::vector<Submission> duplicates_;           // second submissions of an in-flight name
   std::map<int, std::string> cached_waiting_;    // cache slot -> name, this rank submitted it
   std::vector<std::string> to_announce_;         // in-flight names for the next full negotiation
-  std::vector<RequestMeta> dup_announce_;        // duplicate submissions to report to every rank
   PendingTable table_;
   ResponseCache cache_;
 };

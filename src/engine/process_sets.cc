@@ -81,7 +81,7 @@ void ProcessSets::remove(int id) {
     runtime = std::move(it->second.runtime);
     sets_.erase(it);
   }
-  if (runtime) runtime->shutdown();
+  if (runtime) runtime->shutdown("removed process set " + std::to_string(id));
 }
 
 std::vector<int> ProcessSets::ranksOf(int id) const {
@@ -98,15 +98,15 @@ std::vector<int> ProcessSets::ids() const {
   return out;
 }
 
-void ProcessSets::shutdown() {
+void ProcessSets::shutdown(const std::string& why) {
   std::vector<std::shared_ptr<Runtime>> runtimes;
   {
     std::lock_guard lock(mutex_);
     for (auto& [id, set] : sets_)
       if (id != 0 && set.runtime) runtimes.push_back(set.runtime);
   }
-  for (auto& r : runtimes) r->shutdown();
-  world_->shutdown();
+  for (auto& r : runtimes) r->shutdown(why);
+  world_->shutdown(why);
 }
 
 }  // namespace hora::engine

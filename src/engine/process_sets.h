@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "engine/runtime.h"
@@ -25,7 +26,7 @@ class ProcessSets {
   void remove(int id);
   std::vector<int> ranksOf(int id) const;
   std::vector<int> ids() const;
-  void shutdown();
+  void shutdown(const std::string& why = "");
 
  private:
   struct Set {

@@ -3,8 +3,12 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
+
+#include "collectives/reduce.h"
 #include "common/cpu_share.h"
 #include "common/logging.h"
+#include "engine/departure.h"
 #include "engine/fusion.h"
 #include "hora/errors.h"
 
@@ -76,8 +80,17 @@ void Runtime::applyTimelineRequest() {
 namespace {
 
 // Why a request cannot be enqueued as it is; empty when it can.
+// The element type, and for the reductions the op and scale factors (collectives/reduce.h).
+std::string invalidElements(const Request& request) {
+  const int type = static_cast<int>(request.type);
+  if (type < 0 || type >= kNumDataTypes) return "unknown data type " + std::to_string(type);
+  const bool reduces = request.op == CollectiveKind::kAllreduce || request.op == CollectiveKind::kReducescatter;
+  return reduces ? collectives::whyNotReducible(request.type, request.reduce) : std::string();
+}
+
 std::string invalidRequest(const Request& request, const RequestMeta& meta) {
   if (request.name.empty()) return "enqueue: the request has no name";
+  if (std::string why = invalidElements(request); !why.empty()) return "enqueue '" + request.name + "': " + why;
   if (meta.elements() > 0 && request.input == nullptr) return "enqueue '" + request.name + "': input is null";
   const bool fixed_output = request.op == CollectiveKind::kAllreduce || request.op == CollectiveKind::kBroadcast;
   if (fixed_output && meta.elements() > 0 && request.output == nullptr)
@@ -105,8 +118,16 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
     return reject(e);
   }
   if (stopping_) {
+    const std::string why = stop_reason_;
     lock.unlock();
-    return reject(std::make_exception_ptr(ShutdownError("enqueue '" + request.name + "': the engine has shut down")));
+    return reject(std::make_exception_ptr(
+        ShutdownError("enqueue '" + request.name + "': hora is shutting down on this rank (it " + why + ")")));
+  }
+  if (!names_in_flight_.insert(request.name).second) {
+    lock.unlock();
+    return reject(std::make_exception_ptr(InvalidArgumentError(
+        "Tensor '" + request.name + "' is already in flight on this rank: a name may be submitted again only "
+        "after its previous submission completed; give concurrent operations different names")));
   }
   // Note [buckets]: an allreduce nobody waits for yet may wait for company.
   const bool may_hold = request.op == CollectiveKind::kAllreduce && !done && options_.bucket_bytes > 0;
@@ -128,9 +149,10 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
   return handle;
 }
 
-void Runtime::shutdown() {
+void Runtime::shutdown(const std::string& why) {
   {
     std::lock_guard lock(mutex_);
+    if (!stopping_ && stop_reason_.empty()) stop_reason_ = why.empty() ? "shut down its engine" : why;
     stopping_ = true;
   }
   wakeUp();
@@ -157,7 +179,7 @@ void Runtime::loop() {
       if (result == CycleResult::kWorked || options_.cycle_time.count() == 0) continue;
       waitUntilSomeRankHasWork();
     }
-    failEverything(std::make_exception_ptr(ShutdownError("the engine has shut down")));
+    failEverything(std::make_exception_ptr(ShutdownError(departures_)));
   } catch (const Error&) {
     failEverything(std::current_exception());
   }
@@ -238,6 +260,12 @@ Runtime::CycleResult Runtime::cycle() {
   // Counted before execution completes any handle, so a caller that saw its request finish
   // also sees the negotiation that decided it.
   addStats(delta);
+  // Barriers run after everything decided with them (the same order on every rank: the list is
+  // replicated), so a thread that returns from a barrier finds that cycle's other requests
+  // completed and their names free for the next submission.
+  std::stable_partition(ready.begin(), ready.end(), [](const Response& r) {
+    return r.metas.empty() || r.metas[0].op != CollectiveKind::kBarrier;
+  });
   const uint64_t fused = execute(ready);
   {
     std::lock_guard lock(mutex_);
@@ -246,7 +274,15 @@ Runtime::CycleResult Runtime::cycle() {
   const bool ran = !ready.empty();
   negotiator_.remember(ready, fully_negotiated);
   warnStalls();
-  if (control.someRankStops()) return CycleResult::kStop;
+  if (control.someRankStops()) {
+    std::string mine;
+    {
+      std::lock_guard lock(mutex_);
+      if (stopping_) mine = stop_reason_;
+    }
+    departures_ = agreeOnDepartures(*comm_, mine);  // every rank is in this cycle (Note [departures])
+    return CycleResult::kStop;
+  }
   // A full negotiation may have changed what the cache bytes mean (a rank joined, so it now
   // stands in for names the others submitted through the cache): cycle once more before
   // resting, since no rank may have new work to start the next cycle (Note [idle engine]).
@@ -294,10 +330,8 @@ uint64_t Runtime::execute(const std::vector<Response>& ready) {
   for (const FusionGroup& g : fusionGroups(ready, options_.fusion_threshold)) {
     const Response& head = ready[g.first];
     if (!head.error.empty()) {
-      // Every request of that name fails, on every rank: the first submission and any duplicate.
-      const auto e = std::make_exception_ptr(MismatchError(head.error));
-      negotiator_.failDuplicates(head.name, e);
-      finish(head.name, e);
+      // The request of that name fails, on every rank.
+      finish(head.name, std::make_exception_ptr(MismatchError(head.error)));
     } else if (head.metas[0].op == CollectiveKind::kAllreduce) {
       executor_.allreduce(std::span(ready).subspan(g.first, g.count));
       fused += g.count > 1 ? 1 : 0;
@@ -311,6 +345,11 @@ uint64_t Runtime::execute(const std::vector<Response>& ready) {
 void Runtime::finish(const std::string& name, std::exception_ptr error, std::vector<int64_t> shape) {
   std::optional<Submission> done = negotiator_.release(name);
   if (!done) return;
+  {
+    // Before completing: a thread that saw its request finish may submit the name again at once.
+    std::lock_guard lock(mutex_);
+    names_in_flight_.erase(name);
+  }
   constexpr size_t kRecent = 8;
   std::string record = "#" + std::to_string(++completed_) + " " + std::string(toString(done->meta.op)) +
                        " '" + name + "'";
@@ -327,6 +366,7 @@ void Runtime::failEverything(std::exception_ptr error) {
     if (!fatal_) fatal_ = error;  // later enqueues fail with the first cause
     stopping_ = true;
     queued.swap(queue_);
+    names_in_flight_.clear();
   }
   for (auto& l : queued) l.state->complete(error);
   negotiator_.failAll(error);

@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <vector>
 
@@ -33,7 +34,9 @@ class Runtime {
   const Identity& identity() const { return comm_->identity(); }
   const Communicator& communicator() const { return *comm_; }
   Handle enqueue(Request request, std::function<void(std::exception_ptr)> done);
-  void shutdown();
+  // Stops the engine thread after telling the other ranks; `why` completes "rank N ..." in their
+  // errors (Note [departures]). Idempotent: the first reason stands.
+  void shutdown(const std::string& why = "");
   EngineStats stats() const;
   void startTimeline(const std::string& path, bool mark_cycles, bool all_ranks);
   void stopTimeline();
@@ -70,10 +73,16 @@ class Runtime {
   const EngineOptions options_;
   const int rank_, size_;
 
-  mutable std::mutex mutex_;  // guards queue_, held_bytes_, stopping_, fatal_, stats_, timeline_request_
+  // guards queue_, names_in_flight_, held_bytes_, stopping_, stop_reason_, fatal_, stats_,
+  // timeline_request_
+  mutable std::mutex mutex_;
   std::vector<Submission> queue_;
+  // Every name enqueued and not completed yet: a second enqueue of one fails at once (Horovod
+  // raises at enqueue, on the rank that made the mistake only).
+  std::set<std::string> names_in_flight_;
   size_t held_bytes_ = 0;  // of the allreduces in queue_ queued without waking the engine
   bool stopping_ = false;
+  std::string stop_reason_;  // why this rank stops (Note [departures])
   std::exception_ptr fatal_;
   EngineStats stats_;
   struct TimelineRequest {
@@ -90,6 +99,7 @@ class Runtime {
   // Flight record: the last operations this rank completed, numbered in completion order.
   std::deque<std::string> recent_;
   uint64_t completed_ = 0;
+  std::string departures_;  // set in the cycle that agreed to stop: who left and why
 
   std::shared_ptr<Doorbell> doorbell_;  // readable while the engine thread has something to pick up
   std::thread thread_;  // last: starts after everything above exists

@@ -81,7 +81,20 @@ PyHandle enqueue(const std::string& name, int op, int dtype, std::vector<int64_t
       return out->data();
     };
   }
-  return PyHandle(theEngine().enqueue(std::move(r)), out);
+  hora::Handle handle = theEngine().enqueue(std::move(r));
+  // A request the engine refused at once (a name already in flight, a process set this rank is
+  // not in) raises here, as Horovod's enqueue does, rather than at synchronize. error() does not
+  // wake the engine, so a held bucket stays held (Note [buckets]).
+  if (std::exception_ptr e = handle.error()) {
+    try {
+      std::rethrow_exception(e);
+    } catch (const hora::InvalidArgumentError&) {
+      throw;
+    } catch (const hora::Error&) {
+      // other failures (the engine has stopped) are the handle's, for synchronize
+    }
+  }
+  return PyHandle(std::move(handle), out);
 }
 
 // Every failure of a collective is a HoraInternalError (Horovod's HorovodInternalError), with
@@ -123,12 +136,13 @@ void bindLifetime(py::module_& m) {
   m.def("set_compute_threads", &hora::Engine::setComputeThreads, py::arg("threads"),
         "How many threads of this process compute (torch.get_num_threads()): hora's waiting "
         "threads spin only while those leave them a core.");
-  m.def("shutdown", [] {
+  m.def("shutdown", [](const std::string& why) {
     std::lock_guard lock(engine_mutex);
     if (!engine) return;
     py::gil_scoped_release release;
+    engine->shutdown(why);  // the other ranks' errors name this rank and `why` (Note [departures])
     engine.reset();
-  });
+  }, py::arg("why") = "");
   m.def("is_initialized", [] { return engine != nullptr; });
   m.def("identity", [] {
     const hora::Identity& id = theEngine().identity();

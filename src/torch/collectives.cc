@@ -41,16 +41,18 @@ DataType dataTypeOf(const at::Tensor& t, const char* op) {
   switch (t.scalar_type()) {
     case at::kByte: return DataType::kUInt8;
     case at::kChar: return DataType::kInt8;
+    case at::kShort: return DataType::kInt16;
     case at::kInt: return DataType::kInt32;
     case at::kLong: return DataType::kInt64;
     case at::kHalf: return DataType::kFloat16;
     case at::kBFloat16: return DataType::kBFloat16;
     case at::kFloat: return DataType::kFloat32;
     case at::kDouble: return DataType::kFloat64;
+    case at::kBool: return DataType::kBool;
     default: {
       std::string message = std::string(op) + ": dtype ";
       message.append(c10::toString(t.scalar_type()));
-      message.append(" is not supported (uint8, int8, int32, int64, float16, bfloat16, float32, float64)");
+      message.append(" is not supported (uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool)");
       throw InvalidArgumentError(message);
     }
   }

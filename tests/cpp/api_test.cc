@@ -271,6 +271,16 @@ TEST(CApi, StatusesAndMessages) {
   EXPECT_NE(std::string(hora_last_error()).find("root 3"), std::string::npos) << hora_last_error();
   EXPECT_EQ(hora_allgather(comm, &x, 1, &y, nullptr, HORA_FLOAT64), HORA_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(hora_barrier(nullptr), HORA_ERR_INVALID_ARGUMENT);
+  // int16 scales like every integer (in double, truncated); bool has no Average.
+  int16_t s[2] = {7, -7}, t[2] = {0, 0};
+  EXPECT_EQ(hora_allreduce(comm, s, t, 2, HORA_INT16, HORA_SUM, 0.5, 1.0), HORA_OK) << hora_last_error();
+  EXPECT_EQ(t[0], 3);
+  EXPECT_EQ(t[1], -3);
+  uint8_t flags[2] = {1, 0};
+  EXPECT_EQ(hora_allreduce(comm, flags, flags, 2, HORA_BOOL, HORA_MAX, 1.0, 1.0), HORA_OK) << hora_last_error();
+  EXPECT_EQ(hora_allreduce(comm, flags, flags, 2, HORA_BOOL, HORA_AVERAGE, 1.0, 1.0), HORA_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(hora_last_error()).find("bool tensors cannot be averaged"), std::string::npos)
+      << hora_last_error();
   hora_comm_destroy(comm);
 }
 

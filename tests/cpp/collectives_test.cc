@@ -11,9 +11,10 @@
 namespace hora::testing {
 namespace {
 
-constexpr DataType kAllTypes[] = {DataType::kUInt8,   DataType::kInt8,     DataType::kInt32,
-                                  DataType::kInt64,   DataType::kFloat16,  DataType::kBFloat16,
-                                  DataType::kFloat32, DataType::kFloat64};
+constexpr DataType kAllTypes[] = {DataType::kUInt8,    DataType::kInt8,    DataType::kInt16,
+                                  DataType::kInt32,    DataType::kInt64,   DataType::kFloat16,
+                                  DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64,
+                                  DataType::kBool};
 constexpr ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMin, ReduceOp::kMax,
                                 ReduceOp::kProduct};
 
@@ -123,11 +124,12 @@ TEST_P(Collectives, Allreduce) {
     for (DataType t : kAllTypes)
       for (ReduceOp op : kAllOps)
         for (size_t count : smallCounts(n()))
-          for (bool in_place : {false, true}) runAllreduce(c, t, op, count, in_place);
-    // Scale factors, on the floating types.
-    for (DataType t : {DataType::kFloat16, DataType::kBFloat16, DataType::kFloat32, DataType::kFloat64})
+          for (bool in_place : {false, true})
+            if (reducible(t, op)) runAllreduce(c, t, op, count, in_place);
+    // Scale factors: exact ones on the floating types, ones that truncate on the integers.
+    for (DataType t : kAllTypes)
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAverage, ReduceOp::kMax})
-        runAllreduce(c, t, op, 1023, false, 2.0, 0.5);
+        if (t != DataType::kBool) runAllreduce(c, t, op, 1023, false, isFloat(t) ? 2.0 : 1.5, isFloat(t) ? 0.5 : 0.7);
     if (large()) {
       for (DataType t : kAllTypes) runAllreduce(c, t, ReduceOp::kSum, (1 << 20) + 3, false);
       runAllreduce(c, DataType::kFloat32, ReduceOp::kAverage, (1 << 20) + 3, true, 1.0, 3.0);
@@ -231,6 +233,7 @@ TEST_P(Collectives, Reducescatter) {
       for (ReduceOp op : kAllOps)
         for (size_t count : smallCounts(n()))
           for (bool in_place : {false, true}) {
+            if (!reducible(t, op)) continue;
             runReducescatter(c, t, op, std::vector<size_t>(static_cast<size_t>(n()), count), in_place);
             runReducescatter(c, t, op, unevenCounts(n(), count), in_place);
           }

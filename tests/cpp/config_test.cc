@@ -63,6 +63,9 @@ TEST(Config, EngineOptionsAreParsedAndBadValuesNamed) {
       common::Env::fromMap({{"HORA_CYCLE_TIME", "2.5"}, {"HOROVOD_FUSION_THRESHOLD", "4M"}}));
   EXPECT_EQ(o.cycle_time, 2500us);
   EXPECT_EQ(o.fusion_threshold, size_t{4} << 20);
+  EXPECT_EQ(engine::engineOptionsFrom(common::Env::fromMap({{"HOROVOD_TIMELINE", "DYNAMIC"}})).timeline, "")
+      << "Horovod's DYNAMIC means no timeline file until start_timeline()";
+  EXPECT_EQ(engine::engineOptionsFrom(common::Env::fromMap({{"HORA_TIMELINE", "t.json"}})).timeline, "t.json");
   expectInvalid([] { engine::engineOptionsFrom(common::Env::fromMap({{"HORA_CACHE_CAPACITY", "-1"}})); },
                 "HORA_CACHE_CAPACITY='-1'");
 }

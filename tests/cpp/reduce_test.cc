@@ -1,6 +1,7 @@
-// The element kernels against values computed here by hand: 16-bit rounding, NaN, integer
-// wrap-around, Average's integer division and scaling. The float16 and bfloat16 kernels of every
-// instruction set are checked bit for bit against a reference written here, element by element.
+// The floating-point element kernels against values computed here by hand: 16-bit rounding and
+// NaN (the integer and bool kernels and integer scaling are reduce_integer_test.cc's). The
+// float16 and bfloat16 kernels of every instruction set are checked bit for bit against a
+// reference written here, element by element.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -75,19 +76,6 @@ TEST(Reduce, Float16AccumulatesInFloat32) {
   EXPECT_EQ(Half::toFloat(m[0]), -3.0f);
 }
 
-TEST(Reduce, IntegersWrapInsteadOfOverflowing) {
-  int8_t a[2] = {127, -128}, b[2] = {1, -1}, out[2];
-  reduce(DataType::kInt8, ReduceOp::kSum, out, a, b, 2);
-  EXPECT_EQ(out[0], -128);
-  EXPECT_EQ(out[1], 127);
-  uint8_t c[1] = {200}, d[1] = {2}, e[1];
-  reduce(DataType::kUInt8, ReduceOp::kProduct, e, c, d, 1);
-  EXPECT_EQ(e[0], 144);  // 400 mod 256
-  int64_t big[1] = {INT64_MAX}, one[1] = {1}, r[1];
-  reduce(DataType::kInt64, ReduceOp::kSum, r, big, one, 1);
-  EXPECT_EQ(r[0], INT64_MIN);
-}
-
 TEST(Reduce, EveryOpOnEveryWidthOfALongUnalignedRun) {
   // Long enough for the vector loops, odd so the scalar tail runs, offset by one element.
   const size_t n = 1027;
@@ -114,22 +102,6 @@ TEST(Reduce, EveryOpOnEveryWidthOfALongUnalignedRun) {
       ASSERT_EQ(dout[i], want);
     }
   }
-}
-
-TEST(Reduce, FinalizeAveragesAndScales) {
-  int32_t s[3] = {7, -7, 9};
-  finalize(DataType::kInt32, ReduceOp::kAverage, s, s, 3, 2, 1.0);
-  EXPECT_EQ(s[0], 3);   // integer division truncates toward zero
-  EXPECT_EQ(s[1], -3);
-  float f[2] = {3, 5};
-  finalize(DataType::kFloat32, ReduceOp::kAverage, f, f, 2, 2, 10.0);
-  EXPECT_EQ(f[0], 15.0f);
-  int64_t g[1] = {5};
-  scale(DataType::kInt64, g, g, 1, 0.5);  // 2.5 rounds to nearest (away from zero): 3
-  EXPECT_EQ(g[0], 3);
-  EXPECT_FALSE(needsFinalize(ReduceOp::kSum, 1.0, 4));
-  EXPECT_TRUE(needsFinalize(ReduceOp::kAverage, 1.0, 4));
-  EXPECT_FALSE(needsFinalize(ReduceOp::kAverage, 1.0, 1));
 }
 
 // ---- float16 and bfloat16: every kernel against a reference, bit for bit ----

@@ -24,11 +24,15 @@ inline double inputValue(int rank, size_t i, ReduceOp op) {
 
 inline bool isUnsigned(DataType t) { return t == DataType::kUInt8; }
 
-// Unsigned inputs use the absolute value.
+// Unsigned inputs use the absolute value; bool inputs are whether the value is non-zero.
 inline double inputFor(DataType t, int rank, size_t i, ReduceOp op) {
   const double v = inputValue(rank, i, op);
+  if (t == DataType::kBool) return v != 0 ? 1 : 0;
   return isUnsigned(t) ? std::fabs(v) : v;
 }
+
+// bool has no Average (and no scale factors): the core refuses it.
+inline bool reducible(DataType t, ReduceOp op) { return t != DataType::kBool || op != ReduceOp::kAverage; }
 
 inline void encode(DataType t, void* p, size_t i, double v) {
   switch (t) {
@@ -45,6 +49,8 @@ inline void encode(DataType t, void* p, size_t i, double v) {
     }
     case DataType::kFloat32: static_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DataType::kFloat64: static_cast<double*>(p)[i] = v; break;
+    case DataType::kInt16: static_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
+    case DataType::kBool: static_cast<uint8_t*>(p)[i] = v != 0 ? 1 : 0; break;
   }
 }
 
@@ -61,23 +67,37 @@ inline double decode(DataType t, const void* p, size_t i) {
     }
     case DataType::kFloat32: return static_cast<const float*>(p)[i];
     case DataType::kFloat64: return static_cast<const double*>(p)[i];
+    case DataType::kInt16: return static_cast<const int16_t*>(p)[i];
+    case DataType::kBool: return static_cast<const uint8_t*>(p)[i];  // 0 or 1: any other byte is wrong
   }
   return 0;
 }
 
 inline size_t elemSize(DataType t) {
-  static constexpr size_t kSizes[] = {1, 1, 4, 8, 2, 2, 4, 8};
+  static constexpr size_t kSizes[] = {1, 1, 4, 8, 2, 2, 4, 8, 2, 1};
   return kSizes[static_cast<int>(t)];
 }
 
-inline bool isFloat(DataType t) { return static_cast<int>(t) >= static_cast<int>(DataType::kFloat16); }
+inline bool isFloat(DataType t) {
+  return t == DataType::kFloat16 || t == DataType::kBFloat16 || t == DataType::kFloat32 || t == DataType::kFloat64;
+}
+
+// x * factor as hora/options.h defines scaling: integers are truncated toward zero.
+inline double scaled(DataType t, double x, double factor) {
+  return isFloat(t) ? x * factor : std::trunc(x * factor);
+}
 
 // The expected result of reducing the ranks' inputs at element i (before rounding to the type).
+// Average is Sum times postscale / size; bool's Sum and Max are or, Product and Min and, which
+// on inputs of 0 and 1 are max and min.
 inline double expectedReduction(DataType t, ReduceOp op, int size, size_t i, double prescale,
                                 double postscale) {
+  const ReduceOp input_op = op;
+  if (t == DataType::kBool && op == ReduceOp::kSum) op = ReduceOp::kMax;
+  if (t == DataType::kBool && op == ReduceOp::kProduct) op = ReduceOp::kMin;
   double acc = 0;
   for (int r = 0; r < size; ++r) {
-    const double x = inputFor(t, r, i, op) * prescale;
+    const double x = scaled(t, inputFor(t, r, i, input_op), prescale);
     if (r == 0) { acc = x; continue; }
     switch (op) {
       case ReduceOp::kSum: case ReduceOp::kAverage: acc += x; break;
@@ -86,8 +106,8 @@ inline double expectedReduction(DataType t, ReduceOp op, int size, size_t i, dou
       case ReduceOp::kMax: acc = std::max(acc, x); break;
     }
   }
-  if (op == ReduceOp::kAverage) acc = isFloat(t) ? acc / size : std::trunc(acc / size);
-  return acc * postscale;
+  const double factor = op == ReduceOp::kAverage ? postscale / size : postscale;
+  return factor == 1.0 ? acc : scaled(t, acc, factor);
 }
 
 // Tolerance: exact for integers; a couple of units in the last place for floats (Average and

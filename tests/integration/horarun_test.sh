@@ -132,6 +132,9 @@ printf '# two local slots\nlocalhost slots=1\n127.0.0.1:2\n' >"$tmp/hosts"
 "$horarun" -np 3 --hostfile "$tmp/hosts" sh -c 'echo "$HORA_RANK $HORA_HOSTNAME $HORA_LOCAL_RANK/$HORA_LOCAL_SIZE $HORA_CROSS_RANK/$HORA_CROSS_SIZE"' >"$tmp/out" 2>&1
 [ "$(sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort | tr '\n' ';')" = "0 localhost 0/1 0/2;1 127.0.0.1 0/2 1/2;2 127.0.0.1 1/2 0/1;" ]
 check "a hostfile fills hosts in order, with local and cross ranks" $?
+"$horarun" -np 3 --hostfile "$tmp/hosts" sh -c 'echo "$HOROVOD_RANK $HOROVOD_HOSTNAME $HOROVOD_LOCAL_RANK/$HOROVOD_LOCAL_SIZE $HOROVOD_CROSS_RANK/$HOROVOD_CROSS_SIZE $HOROVOD_SIZE"' >"$tmp/out" 2>&1
+[ "$(sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort | tr '\n' ';')" = "0 localhost 0/1 0/2 3;1 127.0.0.1 0/2 1/2 3;2 127.0.0.1 1/2 0/1 3;" ]
+check "every rank has its identity under horovodrun's HOROVOD_* names too" $?
 
 start=$SECONDS
 "$horarun" -np 2 --start-timeout 2 sh -c 'if [ "$HORA_RANK" = 1 ]; then sleep 30; else '"$bench"' allreduce -b 4 -e 4 -n 1 -w 0; fi' >"$tmp/out" 2>&1

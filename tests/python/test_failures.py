@@ -1,5 +1,7 @@
-"""A rank that dies mid-training: the others raise HoraInternalError naming it, within seconds,
-instead of hanging (a real job under horarun)."""
+"""A rank that dies or leaves mid-training: the others raise HoraInternalError naming it and how
+it left, within seconds, instead of hanging (real jobs under horarun)."""
+
+import pytest
 
 import os
 import subprocess
@@ -39,3 +41,39 @@ def test_a_killed_rank_raises_on_the_others(tmp_path):
         assert lines, out.stdout + out.stderr
         assert "PeerError" in lines[0] and "rank 2" in lines[0], lines[0]
     assert elapsed < 15, f"the job took {elapsed:.1f} s to end"
+
+
+LEAVER = textwrap.dedent("""
+    import os, signal, sys, torch
+    import hora.torch as hvd
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay long enough to report what we saw
+    hvd.init()
+    r = hvd.rank()
+    hvd.allreduce(torch.ones(10), name="warm")
+    if r == 1:
+        how = sys.argv[1]
+        if how == "raise":
+            raise ValueError("bad shard 3")
+        if how == "shutdown":
+            hvd.shutdown()
+        sys.exit(0)  # "shutdown" and "exit": leave without an error
+    try:
+        hvd.allreduce(torch.ones(10), name="never.on.rank.1")
+    except hvd.HoraInternalError as e:
+        print("rank %d caught %s: %s" % (r, type(e).__name__, e), flush=True)
+""")
+
+
+@pytest.mark.parametrize("how, reason", [
+    ("raise", "rank 1 is exiting after an unhandled ValueError: bad shard 3"),
+    ("shutdown", "rank 1 called shutdown()"),
+    ("exit", "rank 1 is exiting without having called shutdown()"),
+])
+def test_a_rank_that_leaves_is_named_with_how_it_left(tmp_path, how, reason):
+    script = tmp_path / "train.py"
+    script.write_text(LEAVER)
+    out = subprocess.run([HORARUN, "-np", "3", "--grace-seconds", "20", sys.executable, str(script), how],
+                         capture_output=True, text=True, timeout=60)
+    for r in (0, 2):
+        want = f"[{r}]<stdout>:rank {r} caught ShutdownError: hora has shut down: {reason}"
+        assert want in out.stdout, out.stdout + out.stderr

@@ -82,3 +82,42 @@ def test_a_worker_that_exits_is_reported():
 def test_np_must_be_positive():
     with pytest.raises(ValueError):
         hora.run(lambda: 0, np=0)
+
+
+def _collective_job(failure):
+    """Rank 1 fails after a first allreduce while rank 0 waits in the next one."""
+    def job():
+        import os as _os
+        import torch
+        import hora.torch as hvd
+        hvd.init()
+        hvd.allreduce(torch.ones(2), name="warm")
+        if hvd.rank() == 1:
+            if failure == "raise":
+                raise ValueError("bad shard 3")
+            _os._exit(9)
+        hvd.allreduce(torch.ones(2), name="never.on.rank.1")
+    return job
+
+
+def test_the_rank_whose_function_raised_leads_and_the_others_follow():
+    with pytest.raises(hora.RunError) as info:
+        hora.run(_collective_job("raise"), np=2)
+    err = info.value
+    assert err.rank == 1
+    assert str(err).startswith("rank 1 raised ValueError: bad shard 3"), str(err)
+    assert "in job" in err.remote_traceback
+    assert isinstance(err.__cause__, ValueError)
+    # Rank 0's error is a consequence: it comes after, naming rank 1 and its exception (unless
+    # horarun stopped rank 0 before it could report).
+    consequence = ("rank 0 raised ShutdownError: hora has shut down: rank 1 is exiting: its hora.run function "
+                   "raised ValueError: bad shard 3")
+    assert consequence in str(err) or "rank 0 returned no result" in str(err), str(err)
+
+
+def test_a_rank_that_exits_without_reporting_leads():
+    with pytest.raises(hora.RunError) as info:
+        hora.run(_collective_job("exit"), np=2)
+    err = info.value
+    assert err.rank == 1
+    assert str(err).startswith("rank 1 exited with code 9 before returning a result"), str(err)

@@ -20,8 +20,9 @@ from hora.torch.mpi_ops import (Adasum, Average, HoraInternalError, HorovodInter
                                 allgather, allgather_async, allreduce, allreduce_, allreduce_async, allreduce_async_,
                                 alltoall, alltoall_async, barrier, broadcast, broadcast_, broadcast_async,
                                 broadcast_async_, grouped_allgather, grouped_allgather_async, grouped_allreduce,
-                                grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_, init, join,
-                                poll, reducescatter, reducescatter_async, shutdown, synchronize)
+                                grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
+                                grouped_reducescatter, grouped_reducescatter_async, init, join, poll, reducescatter,
+                                reducescatter_async, shutdown, sparse_allreduce_async, synchronize)
 from hora.torch.optimizer import DistributedOptimizer
 from hora.torch.sync_batch_norm import SyncBatchNorm
 from hora.torch.training import (LearningRateSchedule, LearningRateWarmup, average_metrics, is_root, log,

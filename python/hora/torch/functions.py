@@ -1,38 +1,40 @@
-"""Broadcasting model and optimizer state, and objects (horovod.torch.functions)."""
+"""Broadcasting model and optimizer state, and objects (horovod.torch.functions). Roots are
+GLOBAL ranks, also with a process set, as in Horovod. (process_set on broadcast_parameters,
+broadcast_optimizer_state and allgather_object is hora's, keyword-only, after Horovod's
+arguments.)"""
 
 import cloudpickle
 import torch
 
-from hora.torch.basics import global_process_set
+from hora.torch.basics import global_process_set, rank
 from hora.torch.mpi_ops import _auto_name, allgather, broadcast_, broadcast_async_, synchronize
 
 
-def broadcast_parameters(params, root_rank, prefix=None, process_set=global_process_set):
-    """Overwrites `params` (a state_dict, or (name, tensor) pairs such as
-    model.named_parameters()) on every rank with root_rank's values, in place."""
+def broadcast_parameters(params, root_rank, *, process_set=global_process_set):
+    """Overwrites `params` (a state_dict, (name, tensor) pairs such as model.named_parameters(),
+    or tensors such as model.parameters()) on every rank with root_rank's values, in place."""
     if isinstance(params, dict):
         params = sorted(params.items())
-    elif isinstance(params, list):
-        if params and not isinstance(params[0], tuple):
-            raise ValueError("broadcast_parameters: expected a state_dict or (name, tensor) pairs")
     else:
-        params = list(params)
+        params = [p if isinstance(p, tuple) else (None, p) for p in params]
     handles = []
     for name, p in params:
         if not torch.is_tensor(p):
             continue
         data = p.data if isinstance(p, torch.nn.Parameter) or p.requires_grad else p
-        handles.append(broadcast_async_(data, root_rank, name=(prefix or "") + "broadcast." + name,
+        handles.append(broadcast_async_(data, root_rank, name=None if name is None else "broadcast." + name,
                                         process_set=process_set))
     for h in handles:
         synchronize(h)
 
 
 def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
-    """`obj` as root_rank holds it (pickled with cloudpickle), on every rank. Other ranks may
-    pass anything (e.g. None): unnamed calls are numbered, not named by the object's type."""
-    name = _auto_name("broadcast_object", name)
-    if process_set.rank() == root_rank:
+    """`obj` as (global) rank root_rank holds it (pickled with cloudpickle), on every rank of the
+    set. Other ranks may pass anything (e.g. None): unnamed calls are numbered, not named by the
+    object's type as in Horovod, whose names differ when the ranks' objects do."""
+    name = _auto_name("broadcast_object", name, process_set)
+    is_root = rank() == root_rank
+    if is_root:
         payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
         length = torch.tensor([payload.numel()], dtype=torch.int64)
     else:
@@ -41,14 +43,14 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     if payload is None:
         payload = torch.empty(int(length[0]), dtype=torch.uint8)
     broadcast_(payload, root_rank, name=f"broadcast_object.{name}.data", process_set=process_set)
-    if process_set.rank() == root_rank:
+    if is_root:
         return obj
     return cloudpickle.loads(payload.numpy().tobytes())
 
 
-def allgather_object(obj, name=None, process_set=global_process_set):
+def allgather_object(obj, name=None, *, process_set=global_process_set):
     """The list of every rank's `obj`, in rank order."""
-    name = _auto_name("allgather_object", name)
+    name = _auto_name("allgather_object", name, process_set)
     payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
     lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=f"allgather_object.{name}.length",
                         process_set=process_set)
@@ -60,13 +62,36 @@ def allgather_object(obj, name=None, process_set=global_process_set):
     return out
 
 
-def broadcast_optimizer_state(optimizer, root_rank, prefix=None, process_set=global_process_set):
+def _zero_missing_gradients(optimizer, model):
+    """What Horovod leaves behind when the state is not created yet: every trainable parameter
+    without a gradient gets a zero one, sparse for SparseAdam and, with SGD, for the parameters of
+    `model`'s sparse embeddings. (Horovod then takes a step to create the state; hora sends the
+    root's state as it is instead, so a fresh optimizer stays fresh.)"""
+    sparse = set()
+    if model is not None:
+        for module in model.modules():
+            if isinstance(module, torch.nn.Embedding) and module.sparse:
+                sparse.update(id(p) for p in module.parameters())
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+                if isinstance(optimizer, torch.optim.SparseAdam) or \
+                        (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    p.grad = p.grad.to_sparse()
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None, *, process_set=global_process_set):
     """Makes every rank's optimizer state (momentum buffers, Adam moments, step counts, the
     param_groups' hyper-parameters) equal to root_rank's, including when root_rank's state has
-    not been created yet (then everyone's is cleared)."""
+    not been created yet (then everyone's is cleared). `model` is Horovod's hint for finding
+    sparse parameters, which the pickled state_dict does not need."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    state = optimizer.state_dict() if process_set.rank() == root_rank else None
-    state = broadcast_object(state, root_rank, name=(prefix or "") + "optimizer_state", process_set=process_set)
-    if process_set.rank() != root_rank:
+    if not optimizer.state_dict()["state"]:
+        _zero_missing_gradients(optimizer, model)
+    is_root = rank() == root_rank
+    state = optimizer.state_dict() if is_root else None
+    state = broadcast_object(state, root_rank, name="optimizer_state", process_set=process_set)
+    if not is_root:
         optimizer.load_state_dict(state)

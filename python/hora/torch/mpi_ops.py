@@ -1,6 +1,9 @@
-"""Collectives on torch tensors through hora's engine: the names, arguments and semantics of
-horovod.torch.mpi_ops. (The process's identity, capabilities and process sets are basics.py's;
-they are imported here too, as horovod.torch.mpi_ops has them.)
+"""Collectives on torch tensors through hora's engine: the names, arguments, defaults, return
+values and errors of horovod.torch.mpi_ops. This module holds what every collective shares (the
+handle table, names, argument checks, init and shutdown, poll and synchronize) and the allreduce
+family; allgather and broadcast are in gather_ops.py, alltoall and reducescatter in
+scatter_ops.py, and everything is importable from here as from horovod.torch.mpi_ops. (The
+process's identity, capabilities and process sets are basics.py's; imported here too.)
 
 Tensors cross to the engine as data pointers: a contiguous CPU tensor is reduced where it lies
 (the in-place forms write into it, the others into a fresh tensor, without an extra copy).
@@ -14,8 +17,14 @@ import warnings
 
 import torch
 
-from hora import _core
+from hora import _core, _departure
 from hora.torch.basics import _identity, add_process_set, forget_identity, global_process_set, note_compute_threads
+# Horovod's mpi_ops has the basics too; scripts import them from there.
+from hora.torch.basics import (ProcessSet, ccl_built, cross_rank, cross_size, cuda_built, ddl_built,  # noqa: F401
+                               gloo_built, gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size,
+                               mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank, remove_process_set,
+                               rocm_built, size, start_timeline, stop_timeline)
+from hora.torch.compression import Compression
 
 # Reduce ops, as hvd.Average etc.
 Average = _core.REDUCE_OPS["Average"]
@@ -23,13 +32,18 @@ Sum = _core.REDUCE_OPS["Sum"]
 Min = _core.REDUCE_OPS["Min"]
 Max = _core.REDUCE_OPS["Max"]
 Product = _core.REDUCE_OPS["Product"]
-Adasum = -1  # not supported; named so that `op=hvd.Adasum` fails with a clear message
+Adasum = -1  # not implemented: `op=hvd.Adasum` raises what Horovod raises where it cannot run Adasum
 
 HoraInternalError = _core.HoraInternalError
 HorovodInternalError = HoraInternalError  # scripts written for horovod.torch catch this name
 
+# The dtypes every collective takes: horovod.torch's on the CPU, plus bfloat16, and uint8, int8
+# and int16 in the reductions too (horovod.torch refuses those three there; hora reduces them,
+# wrapping as integer sums do). No collective takes bool, as in horovod.torch, which raises
+# ValueError for it; so does _check. (The core reduces every type of hora/types.h, bool
+# included; the libtorch frontend takes them all.)
 _DATA_TYPES = {
-    torch.uint8: "uint8", torch.int8: "int8", torch.int32: "int32", torch.int64: "int64",
+    torch.uint8: "uint8", torch.int8: "int8", torch.int16: "int16", torch.int32: "int32", torch.int64: "int64",
     torch.float16: "float16", torch.bfloat16: "bfloat16", torch.float32: "float32", torch.float64: "float64",
 }
 
@@ -37,26 +51,33 @@ _DATA_TYPES = {
 _lock = threading.Lock()
 _handles = {}        # int -> _Pending
 _next_handle = [0]
-_name_counters = {}  # op -> next number of an unnamed tensor
+_name_counters = {}  # (op, process set id) -> next number of an unnamed tensor
 
 
 def init(comm=None, process_sets=None):
     """Joins the job (started by horarun, mpirun or srun; a plain process is a job of one).
-    process_sets: ProcessSet objects (or rank lists) to register now, on every rank alike."""
+    process_sets: ProcessSet objects to register now, on every rank alike (their process_set_id
+    is set), or "dynamic" (Horovod's switch for adding sets later, which hora always allows)."""
     if comm is not None:
         raise ValueError("hora does not take an MPI communicator; start the job with horarun or mpirun")
     _core.init()
+    _departure.install()  # at exit, the other ranks learn why this one left
     note_compute_threads()
     forget_identity()
     global_process_set.ranks = list(range(_identity()["size"]))
-    added = []
-    for ps in process_sets or []:
-        added.append(add_process_set(ps))
-    return added
+    if isinstance(process_sets, str):
+        if process_sets.lower() != "dynamic":
+            raise ValueError(f"process_sets must be a list of ProcessSet or 'dynamic', not {process_sets!r}")
+        process_sets = []
+    for i, ps in enumerate(process_sets or []):
+        try:
+            add_process_set(ps)
+        except ValueError as e:
+            raise ValueError(f"process_sets entry number {i} cannot be registered: {e}") from e
 
 
 def shutdown():
-    _core.shutdown()
+    _core.shutdown("called shutdown()")
     forget_identity()
     with _lock:
         _handles.clear()
@@ -80,13 +101,18 @@ def _register(pending):
         return _next_handle[0]
 
 
-def _auto_name(op, name):
+def _auto_name(op, name, process_set):
+    """`name`, or the next "op.noname.N" of this op in this process set. Counting per set keeps
+    the names of the ranks in step when the members of different sets make different numbers
+    of calls."""
     if name is not None:
         return name
+    key = (op, process_set.process_set_id)
     with _lock:
-        n = _name_counters.get(op, 0)
-        _name_counters[op] = n + 1
-    return f"{op}.noname.{n}"
+        n = _name_counters.get(key, 0)
+        _name_counters[key] = n + 1
+    suffix = "" if key[1] == 0 else f".set{key[1]}"
+    return f"{op}.noname.{n}{suffix}"
 
 
 def _check(tensor, what):
@@ -95,29 +121,36 @@ def _check(tensor, what):
     if tensor.device.type != "cpu":
         raise ValueError(f"{what}: hora runs on CPU tensors; got one on {tensor.device}")
     if tensor.dtype not in _DATA_TYPES:
-        raise ValueError(f"{what}: dtype {tensor.dtype} is not supported; use one of "
+        raise ValueError(f"{what}: Tensor type {tensor.type()} ({tensor.dtype}) is not supported; {what} takes "
                          + ", ".join(str(t) for t in _DATA_TYPES))
 
 
 def _resolve_op(op, average, name="allreduce"):
+    """Horovod's rules for the deprecated `average` argument, then the op's validity."""
+    if op is not None and average is not None:
+        raise ValueError(f"{name}: the op argument supersedes average; give only one of them")
     if average is not None:
         warnings.warn("the 'average' argument is deprecated; use op=hvd.Average or op=hvd.Sum", DeprecationWarning)
-        if op is not None:
-            raise ValueError(f"{name}: give 'op' or 'average', not both")
         return Average if average else Sum
     if op is None:
         return Average
-    if op is Adasum:
-        raise ValueError("Adasum is not supported by hora")
+    if op == Adasum:
+        # Horovod raises NotImplementedError wherever its Adasum cannot run (non-global sets,
+        # sizes that are not a power of 2); in hora that is everywhere.
+        raise NotImplementedError(f"{name}: Adasum is not implemented in hora; use op=hvd.Average or op=hvd.Sum")
     if op not in _core.REDUCE_OPS.values():
         raise ValueError(f"{name}: unknown reduce op {op!r}")
     return op
 
 
-def _enqueue(tensor, output, name, op, *, reduce_op=0, prescale=1.0, postscale=1.0, root=0, splits=(),
-             process_set=global_process_set):
+def _check_registered(process_set):
     if process_set.process_set_id is None:
         raise ValueError(f"{process_set} is not registered (hvd.add_process_set)")
+
+
+def _enqueue(tensor, output, name, op, *, reduce_op=0, prescale=1.0, postscale=1.0, root=0, splits=(),
+             process_set=global_process_set):
+    _check_registered(process_set)
     return _core.enqueue(name, op, _core.DATA_TYPES[_DATA_TYPES[tensor.dtype]], list(tensor.shape),
                          tensor.data_ptr(), output.data_ptr() if output is not None else 0,
                          reduce_op, float(prescale), float(postscale), int(root), [int(s) for s in splits],
@@ -141,8 +174,8 @@ def _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor
     _check(tensor, "allreduce")
     source = tensor if tensor.is_contiguous() else tensor.contiguous()
     target = output if output.is_contiguous() else torch.empty_like(output, memory_format=torch.contiguous_format)
-    handle = _enqueue(source, target, _auto_name("allreduce", name), _core.ALLREDUCE, reduce_op=op,
-                      prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
+    handle = _enqueue(source, target, _auto_name("allreduce", name, process_set), _core.ALLREDUCE,
+                      reduce_op=op, prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
 
     def finish():
         if target is not output:
@@ -172,8 +205,8 @@ def _gradient_allreduce_async_(tensor, name, op, prescale_factor, postscale_fact
         return _Synchronized(allreduce_async_(tensor, name=name, op=op, prescale_factor=prescale_factor,
                                               postscale_factor=postscale_factor, process_set=process_set))
     ptr = tensor.data_ptr()
-    return _core.enqueue(_auto_name("allreduce", name), _core.ALLREDUCE, _core.DATA_TYPES[code], list(tensor.shape),
-                         ptr, ptr, op, float(prescale_factor), float(postscale_factor), 0, [],
+    return _core.enqueue(_auto_name("allreduce", name, process_set), _core.ALLREDUCE, _core.DATA_TYPES[code],
+                         list(tensor.shape), ptr, ptr, op, float(prescale_factor), float(postscale_factor), 0, [],
                          process_set.process_set_id)
 
 
@@ -191,6 +224,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 
 
 class _AllreduceFunction(torch.autograd.Function):
+    """Horovod's HorovodAllreduce: the gradient is the same reduction (op, scales, set) of the
+    output gradients."""
+
     @staticmethod
     def forward(ctx, tensor, name, op, prescale_factor, postscale_factor, process_set):
         ctx.args = (op, prescale_factor, postscale_factor, process_set)
@@ -204,12 +240,10 @@ class _AllreduceFunction(torch.autograd.Function):
         return grad, None, None, None, None, None
 
 
-def allreduce(tensor, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+def allreduce(tensor, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
               postscale_factor=1.0, process_set=global_process_set):
     """The reduction of `tensor` over the ranks (default op: Average), as a new tensor; autograd
     flows through it (the gradient is reduced the same way)."""
-    from hora.torch.compression import Compression
-    compression = compression or Compression.none
     op = _resolve_op(op, average)
     compressed, ctx = compression.compress(tensor)
     reduced = _AllreduceFunction.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
@@ -221,31 +255,71 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, po
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor, process_set))
 
 
+def _register_group(ids):
+    """One handle for several: synchronize() returns the list of their outputs."""
+    return _register(_Pending([], ids, lambda: _synchronize_all(ids)))
+
+
+def _synchronize_all(ids):
+    """Every handle's output, in order; all are waited for (and leave the table) even when one
+    fails, and then the first failure is raised."""
+    outputs, first_error = [], None
+    for i in ids:
+        try:
+            outputs.append(synchronize(i))
+        except Exception as e:  # noqa: BLE001 - re-raised below, after the others
+            first_error = first_error or e
+    if first_error is not None:
+        raise first_error
+    return outputs
+
+
+def _grouped_allreduce_async(tensors, outputs, average, name, op, prescale_factor, postscale_factor, process_set):
+    op = _resolve_op(op, average)
+    base = _auto_name("grouped_allreduce", name, process_set)
+    return _register_group([_allreduce_async(t, o, f"{base}.{i}", op, prescale_factor, postscale_factor, process_set)
+                            for i, (t, o) in enumerate(zip(tensors, outputs))])
+
+
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(op, average)
-    base = _auto_name("grouped_allreduce", name)
-    ids = [allreduce_async(t, name=f"{base}.{i}", op=op, prescale_factor=prescale_factor,
-                           postscale_factor=postscale_factor, process_set=process_set) for i, t in enumerate(tensors)]
-    return _register(_Pending([], ids, lambda: [synchronize(i) for i in ids]))
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, average, name, op, prescale_factor, postscale_factor,
+                                    process_set)
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    op = _resolve_op(op, average)
-    base = _auto_name("grouped_allreduce", name)
-    ids = [allreduce_async_(t, name=f"{base}.{i}", op=op, prescale_factor=prescale_factor,
-                            postscale_factor=postscale_factor, process_set=process_set) for i, t in enumerate(tensors)]
-    return _register(_Pending([], ids, lambda: [synchronize(i) for i in ids]))
+    return _grouped_allreduce_async(tensors, tensors, average, name, op, prescale_factor, postscale_factor,
+                                    process_set)
 
 
-def grouped_allreduce(tensors, average=None, name=None, compression=None, op=None, prescale_factor=1.0,
+class _GroupedAllreduceFunction(torch.autograd.Function):
+    """Horovod's HorovodGroupedAllreduce: each gradient is reduced as its tensor was."""
+
+    @staticmethod
+    def forward(ctx, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.args = (op, prescale_factor, postscale_factor, process_set)
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), name=name, op=op,
+                                                         prescale_factor=prescale_factor,
+                                                         postscale_factor=postscale_factor,
+                                                         process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        op, pre, post, ps = ctx.args
+        grads = grouped_allreduce(list(grad_outputs), op=op, prescale_factor=pre, postscale_factor=post,
+                                  process_set=ps)
+        return (None, None, None, None, None, *grads)
+
+
+def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set):
-    from hora.torch.compression import Compression
-    compression = compression or Compression.none
+    """allreduce of each tensor of the list, negotiated together; autograd flows through it."""
+    op = _resolve_op(op, average, "grouped_allreduce")
     compressed = [compression.compress(t) for t in tensors]
-    outputs = synchronize(grouped_allreduce_async([c for c, _ in compressed], average, name, op,
-                                                  prescale_factor, postscale_factor, process_set))
+    outputs = _GroupedAllreduceFunction.apply(name, op, prescale_factor, postscale_factor, process_set,
+                                              *[c for c, _ in compressed])
     return [compression.decompress(o, ctx) for o, (_, ctx) in zip(outputs, compressed)]
 
 
@@ -255,152 +329,29 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
                                                 process_set))
 
 
-# --- allgather -------------------------------------------------------------------------------
-
-def allgather_async(tensor, name=None, process_set=global_process_set):
-    _check(tensor, "allgather")
-    source = tensor.contiguous()
-    handle = _enqueue(source, None, _auto_name("allgather", name), _core.ALLGATHER, process_set=process_set)
-    return _register(_Pending([handle], (tensor, source), lambda: _engine_output(handle, tensor.dtype)))
-
-
-class _AllgatherFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, name, process_set):
-        ctx.rows = tensor.shape[0] if tensor.dim() else 1
-        ctx.process_set = process_set
-        return synchronize(allgather_async(tensor, name=name, process_set=process_set))
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
-        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64), process_set=ctx.process_set))
-        offset = int(rows[:ctx.process_set.rank()].sum())
-        return grad.narrow(0, offset, ctx.rows), None, None
-
-
-def allgather(tensor, name=None, process_set=global_process_set):
-    """The concatenation over ranks of `tensor` along dimension 0 (which may differ by rank)."""
-    return _AllgatherFunction.apply(tensor, name, process_set)
-
-
-def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    base = _auto_name("grouped_allgather", name)
-    ids = [allgather_async(t, name=f"{base}.{i}", process_set=process_set) for i, t in enumerate(tensors)]
-    return _register(_Pending([], ids, lambda: [synchronize(i) for i in ids]))
-
-
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
-
-
-# --- broadcast -------------------------------------------------------------------------------
-
-def _broadcast_async(tensor, output, root_rank, name, process_set):
-    _check(tensor, "broadcast")
-    source = tensor if tensor.is_contiguous() else tensor.contiguous()
-    target = output if output.is_contiguous() else torch.empty_like(output, memory_format=torch.contiguous_format)
-    handle = _enqueue(source, target, _auto_name("broadcast", name), _core.BROADCAST, root=root_rank,
-                      process_set=process_set)
-
-    def finish():
-        if target is not output:
-            output.copy_(target)
-        return output
-
-    return _register(_Pending([handle], (tensor, source, output, target), finish))
-
-
-def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    return _broadcast_async(tensor, torch.empty_like(tensor, memory_format=torch.contiguous_format), root_rank,
-                            name, process_set)
-
-
-def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
-    return _broadcast_async(tensor, tensor, root_rank, name, process_set)
-
-
-class _BroadcastFunction(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx, tensor, root_rank, name, process_set):
-        ctx.root_rank, ctx.process_set = root_rank, process_set
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
-
-    @staticmethod
-    def backward(ctx, grad_output):
-        grad = allreduce(grad_output, op=Average, process_set=ctx.process_set)
-        if ctx.process_set.rank() != ctx.root_rank:
-            grad = grad * 0
-        return grad, None, None, None
-
-
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """`tensor` as rank `root_rank` holds it, on every rank (a new tensor)."""
-    return _BroadcastFunction.apply(tensor, root_rank, name, process_set)
-
-
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
-
-
-# --- alltoall, reducescatter -----------------------------------------------------------------
-
-def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    _check(tensor, "alltoall")
-    source = tensor.contiguous()
-    split_list = [] if splits is None else [int(s) for s in (splits.tolist() if torch.is_tensor(splits) else splits)]
-    handle = _enqueue(source, None, _auto_name("alltoall", name), _core.ALLTOALL, splits=split_list,
-                      process_set=process_set)
-    return _register(_Pending([handle], (tensor, source), lambda: _engine_output(handle, tensor.dtype)))
-
-
-def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
-    """Rank r sends rows splits[d] (even split when None) to each rank d, and receives what each
-    rank sends it, concatenated in rank order along dimension 0."""
-    return synchronize(alltoall_async(tensor, splits, name, process_set))
-
-
-def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
-                        postscale_factor=1.0):
-    _check(tensor, "reducescatter")
-    op = _resolve_op(op, None, "reducescatter")
-    source = tensor.contiguous()
-    handle = _enqueue(source, None, _auto_name("reducescatter", name), _core.REDUCESCATTER, reduce_op=op,
-                      prescale=prescale_factor, postscale=postscale_factor, process_set=process_set)
-    return _register(_Pending([handle], (tensor, source), lambda: _engine_output(handle, tensor.dtype)))
-
-
-def reducescatter(tensor, name=None, compression=None, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
-    """The reduction over ranks of `tensor`, of which each rank keeps its block of rows
-    (dimension 0 split as evenly as possible, earlier ranks taking the remainder)."""
-    from hora.torch.compression import Compression
-    compression = compression or Compression.none
-    compressed, ctx = compression.compress(tensor)
-    out = synchronize(reducescatter_async(compressed, name, op, process_set, prescale_factor, postscale_factor))
-    return compression.decompress(out, ctx)
-
-
 # --- completion ------------------------------------------------------------------------------
 
 def poll(handle):
-    """True when the operation behind `handle` has completed (then synchronize returns at once)."""
+    """True when the operation behind `handle` has completed (then synchronize returns at once).
+    ValueError for a handle that does not exist or was synchronized already, as Horovod."""
     with _lock:
         pending = _handles.get(handle)
     if pending is None:
-        raise ValueError(f"unknown or already synchronized handle {handle}")
+        raise ValueError(f"handle {handle} was not created or has been synchronized already")
     if not pending.handles:  # a group: done when all its members are
         return all(poll(i) for i in pending.keep)
     return all(h.poll() for h in pending.handles)
 
 
 def synchronize(handle):
-    """Waits for the operation behind `handle` (releasing the GIL) and returns its output;
-    raises HoraInternalError (a subclass naming the kind) when it failed."""
+    """Waits for the operation behind `handle` (releasing the GIL) and returns its output (a
+    tensor, a list of tensors for the grouped forms, (output, received_splits) for alltoall);
+    raises HoraInternalError (a subclass naming the kind) when it failed. A handle that is not
+    in flight (synchronized already) returns None, as in Horovod."""
     with _lock:
         pending = _handles.pop(handle, None)
     if pending is None:
-        raise ValueError(f"unknown or already synchronized handle {handle}")
+        return None
     for h in pending.handles:
         h.wait()
     return pending.finish()
@@ -408,10 +359,20 @@ def synchronize(handle):
 
 def join(device=-1):
     """Tells the other ranks this one has no more data; until all have joined, their allreduces
-    go on with zeros from this rank (Average counts only the ranks that contributed). Returns
-    the last rank to join."""
+    go on with zeros from this rank (Average divides by every rank, as Horovod's does). Returns
+    the last rank to join. (`device` is Horovod's GPU for the zeros; hora runs on CPU.)"""
     return _core.join(0)
 
 
 def barrier(process_set=global_process_set):
+    """Returns when every rank of `process_set` has called barrier()."""
     _core.barrier(process_set.process_set_id)
+
+
+# The other families, so that `from hora.torch.mpi_ops import alltoall` works as with Horovod.
+# (Imported last: they build on the plumbing above.)
+from hora.torch.gather_ops import (allgather, allgather_async, broadcast, broadcast_, broadcast_async,  # noqa: E402
+                                   broadcast_async_, grouped_allgather, grouped_allgather_async,
+                                   sparse_allreduce_async)
+from hora.torch.scatter_ops import (alltoall, alltoall_async, grouped_reducescatter,  # noqa: E402
+                                    grouped_reducescatter_async, reducescatter, reducescatter_async)

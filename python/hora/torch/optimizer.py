@@ -14,74 +14,100 @@ import torch
 
 from hora.torch.compression import Compression
 from hora.torch.basics import global_process_set, note_compute_threads, size
-from hora.torch.mpi_ops import Adasum, Average, _gradient_allreduce_async_
+from hora.torch.mpi_ops import Adasum, Average, _gradient_allreduce_async_, sparse_allreduce_async
+
+
+class _DenseReduction:
+    """A dense gradient's allreduce in flight; wait() returns the reduced gradient (p.grad
+    itself when it was reduced in place)."""
+
+    def __init__(self, handle, compressed, ctx, compression):
+        self.handle, self.compressed, self.ctx, self.compression = handle, compressed, ctx, compression
+
+    def wait(self):
+        self.handle.wait()
+        return self.compression.decompress(self.compressed, self.ctx)
+
+
+class _SparseReduction:
+    """A sparse gradient's allgather of indices and values (Horovod's sparse_allreduce_async)."""
+
+    def __init__(self, wait):
+        self.wait = wait
 
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
-                 gradient_predivide_factor=1.0, groups=None, process_set=global_process_set):
+                 gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=global_process_set):
         super(self.__class__, self).__init__(params)
         self._compression = compression
-        if op is Adasum:
-            raise ValueError("Adasum is not supported by hora")
-        if gradient_predivide_factor != 1.0 and op != Average:
-            raise ValueError("gradient_predivide_factor not supported with op != Average")
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
+        self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
         self.backward_passes_per_step = backward_passes_per_step
 
         all_params = [p for group in self.param_groups for p in group["params"]]
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [(f"allreduce.noname.{i}", p) for i, p in enumerate(all_params)]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
-                             "produced by model.named_parameters().")
-        names = [name for name, _ in named_parameters]
-        duplicates = sorted({n for n in names if names.count(n) > 1})
-        if duplicates:
-            raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(duplicates)}")
-        named_ids = {id(p) for _, p in named_parameters}
-        unnamed = [id(p) for p in all_params if id(p) not in named_ids]
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
-                             f"Python object ids: {', '.join(str(i) for i in unnamed)}")
-        self._parameter_names = {p: f"allreduce.{name}" for name, p in named_parameters}
-
-        # groups: parameters whose gradients are reduced together, once all of them are ready.
-        self._group_of = {}
-        if groups is not None:
-            if isinstance(groups, int):
-                if groups <= 0:
-                    raise ValueError("groups must be a positive int or a list of lists of parameters")
-                ordered = [p for p in all_params if p.requires_grad]
-                per = -(-len(ordered) // groups)
-                group_lists = [ordered[i:i + per] for i in range(0, len(ordered), per)]
-            else:
-                group_lists = [list(g) for g in groups]
-            for i, g in enumerate(group_lists):
-                for p in g:
-                    self._group_of[p] = i
-            self._group_members = {i: g for i, g in enumerate(group_lists)}
-        self._group_ready = {}
-
-        self._handles = {}
+        self._parameter_names = {p: f"allreduce.{name}" for name, p in _checked_names(named_parameters, all_params)}
+        self._setup_groups(groups, all_params)
+        self._handles = {}  # p -> _DenseReduction / _SparseReduction, or None while its group waits
         self._grad_accs = []
         self._requires_update = set()
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
         self._synchronized = False
         self._should_synchronize = True
-        if process_set.size() > 1 or size() > 1:
+        # As Horovod: a rank outside the process set trains on its own gradients.
+        if process_set.included() and size() > 1:
             self._register_hooks()
+
+    def _setup_groups(self, groups, all_params):
+        """groups: parameters whose gradients are reduced together, once all of them are ready."""
+        self._group_of = {}
+        self._group_members = {}
+        self._group_ready = {}
+        if groups is None:
+            return
+        if isinstance(groups, int):
+            if groups <= 0:
+                raise ValueError("groups must be a positive int or a list of lists of parameters")
+            ordered = [p for p in all_params if p.requires_grad]
+            per = -(-len(ordered) // groups)
+            group_lists = [ordered[i:i + per] for i in range(0, len(ordered), per)]
+        elif isinstance(groups, list):
+            group_lists = [list(g) for g in groups]
+            seen = set()
+            for p in (p for g in group_lists for p in g):
+                if not isinstance(p, torch.Tensor):
+                    raise ValueError("groups must consist of torch.Tensor")
+                if id(p) in seen:
+                    raise ValueError("a parameter can only appear once in groups")
+                seen.add(id(p))
+        else:
+            raise ValueError("groups must be a positive int or a list of lists of parameters")
+        for i, g in enumerate(group_lists):
+            for p in g:
+                self._group_of[p] = i
+        self._group_members = dict(enumerate(group_lists))
+
+    def load_state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's load_state_dict, forgetting any reduction in flight."""
+        self._handles = {}
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    def set_backward_passes_per_step(self, passes):
+        self.backward_passes_per_step = passes
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = passes
 
     def _register_hooks(self):
         for group in self.param_groups:
             for p in group["params"]:
                 if not p.requires_grad:
                     continue
-                p.grad = p.data.new(p.size()).zero_()
                 self._requires_update.add(p)
                 # The gradient accumulator of p: its hook runs once p.grad holds this pass's sum.
                 accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
@@ -89,33 +115,40 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 self._grad_accs.append(accumulator)
 
     def _allreduce_grad_async(self, p):
+        if p.grad is None:
+            # Not computed on this rank (a branch not taken); another rank may have it.
+            p.grad = p.data.new(p.size()).zero_()
+        name = self._parameter_names.get(p)
+        if p.grad.is_sparse and not self.sparse_as_dense:
+            return _SparseReduction(sparse_allreduce_async(p.grad, name=name, op=self.op,
+                                                           process_set=self.process_set))
+        tensor = p.grad.to_dense() if p.grad.is_sparse else p.grad
         if self.op == Average:
             # Average divides by the number of ranks after the sum; the predivide factor moves part
             # of that division before it (less overflow in fp16).
             prescale, postscale = 1.0 / self.gradient_predivide_factor, self.gradient_predivide_factor
         else:
             prescale, postscale = 1.0, 1.0
-        compressed, ctx = self._compression.compress(p.grad)
-        handle = _gradient_allreduce_async_(compressed, self._parameter_names.get(p), self.op, prescale, postscale,
-                                            self.process_set)
-        return handle, (compressed, ctx)
+        compressed, ctx = self._compression.compress(tensor)
+        handle = _gradient_allreduce_async_(compressed, name, self.op, prescale, postscale, self.process_set)
+        return _DenseReduction(handle, compressed, ctx, self._compression)
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
+            if self._handles.get(p) is not None and self._allreduce_delay[p] <= 0:
                 raise AssertionError(
                     "Gradients were computed more than backward_passes_per_step times before call to step(). "
                     "Increase backward_passes_per_step to accumulate gradients locally.")
             assert not p.grad.requires_grad
             assert self._allreduce_delay[p] > 0
-            handle, ctx = None, None
             self._allreduce_delay[p] -= 1
+            reduction = None
             if self._allreduce_delay[p] == 0:
                 if p in self._group_of:
                     self._group_ready_then_reduce(p)
                     return
-                handle, ctx = self._allreduce_grad_async(p)
-            self._handles[p] = (handle, ctx)
+                reduction = self._allreduce_grad_async(p)
+            self._handles[p] = reduction
 
         return hook
 
@@ -123,7 +156,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         g = self._group_of[p]
         ready = self._group_ready.setdefault(g, set())
         ready.add(p)
-        self._handles[p] = (None, None)
+        self._handles[p] = None
         if len(ready) == len([q for q in self._group_members[g] if q.requires_grad]):
             for q in self._group_members[g]:
                 if q.requires_grad:
@@ -132,18 +165,26 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def synchronize(self):
         """Waits for every gradient's allreduce (starting those whose hooks did not run, e.g.
-        parameters unused in this pass) and writes the averages into the .grad fields."""
+        parameters unused in this pass) and writes the averages into the .grad fields. A rank
+        outside the optimizer's process set has nothing to wait for."""
+        if not self.process_set.included():
+            self._synchronized = True
+            return
         note_compute_threads()
         for p in self._requires_update - set(self._handles):
             self._handles[p] = self._allreduce_grad_async(p)
-        for p, (handle, ctx) in list(self._handles.items()):
-            if handle is None:
+        for p, reduction in list(self._handles.items()):
+            if reduction is None:
                 self._handles[p] = self._allreduce_grad_async(p)
-        for p, (handle, (compressed, ctx)) in self._handles.items():
-            handle.wait()  # reduces `compressed` in place
+        for p, reduction in self._handles.items():
+            reduced = reduction.wait()
             self._allreduce_delay[p] = self.backward_passes_per_step
-            if ctx is not None or compressed is not p.grad:
-                p.grad.copy_(self._compression.decompress(compressed, ctx))
+            if p.grad.is_sparse:
+                # A sparse .grad cannot be set_() or copy_()'d into: clear it and add the sum
+                # (sparse_as_dense's result back in the gradient's own layout, rows for an embedding).
+                p.grad.zero_().add_(reduced if reduced.is_sparse else reduced.to_sparse(p.grad.sparse_dim()))
+            elif reduced is not p.grad:
+                p.grad.copy_(reduced)
         self._handles.clear()
         self._group_ready.clear()
         self._synchronized = True
@@ -160,9 +201,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._should_synchronize:
             if self._synchronized:
-                warnings.warn("optimizer.step() called without a loss.backward() call after "
-                              "optimizer.synchronize(). Use optimizer.skip_synchronize() around step() "
-                              "when you call synchronize() yourself.")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are reduced a second time. Wrap step() "
+                              "in `with optimizer.skip_synchronize():` when you call synchronize() yourself.")
             self.synchronize()
         self._synchronized = False
         return super(self.__class__, self).step(closure)
@@ -175,14 +216,46 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         return super(self.__class__, self).zero_grad(*args, **kwargs)
 
 
+def _checked_names(named_parameters, all_params):
+    """(name, parameter) pairs for every parameter, with Horovod's checks and messages."""
+    if named_parameters is not None:
+        named_parameters = list(named_parameters)
+    else:
+        named_parameters = [(f"allreduce.noname.{i}", p) for i, p in enumerate(all_params)]
+    if any(not isinstance(p, tuple) for p in named_parameters):
+        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
+                         "produced by model.named_parameters().")
+    names = [name for name, _ in named_parameters]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(duplicates)}")
+    named_ids = {id(p) for _, p in named_parameters}
+    unnamed = [id(p) for p in all_params if id(p) not in named_ids]
+    if unnamed:
+        raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
+                         f"Python object ids: {', '.join(str(i) for i in unnamed)}")
+    return named_parameters
+
+
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                          num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set):
     """Wraps `optimizer` so that step() applies gradients averaged over the ranks (Horovod's
-    hvd.DistributedOptimizer). The result is an instance of the optimizer's own class."""
+    hvd.DistributedOptimizer). The result is an instance of the optimizer's own class.
+    sparse_as_dense: sparse gradients (nn.Embedding(sparse=True)) are allreduced as dense
+    tensors; otherwise their indices and values are allgathered."""
+    if gradient_predivide_factor != 1.0 and op != Average:
+        raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:
         warnings.warn("num_groups is deprecated; use groups", DeprecationWarning)
-        groups = groups or num_groups
+        if groups is None:
+            groups = num_groups
+    if backward_passes_per_step <= 0:
+        raise ValueError("backward_passes_per_step must be > 0")
+    if op == Adasum and size() > 1:
+        # Horovod's Adasum optimizer refuses non-global sets with NotImplementedError; hora has no
+        # Adasum at all, so it says so with the same type.
+        raise NotImplementedError("DistributedOptimizer: Adasum is not implemented in hora; use op=hvd.Average")
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, process_set)
+               gradient_predivide_factor, groups, sparse_as_dense, process_set)

@@ -1,0 +1,10 @@
+"""The `horovod` name, answered by hora (installed only on request: see hora's README).
+
+Unchanged Horovod scripts import `horovod.torch` and call `horovod.run`; both resolve to hora.
+"""
+
+from horovod.runner import run
+
+# The Horovod release whose Python API this package mirrors, so that version checks in
+# Horovod scripts pass; hora's own version is hora.__version__.
+__version__ = "0.28.1"

@@ -1,0 +1,5 @@
+"""Horovod's exception names for hora's errors: HorovodInternalError is hora's
+HoraInternalError, the base of every collective failure (a dead peer, a timeout, a mismatch,
+a shut-down engine)."""
+
+from hora.torch import HorovodInternalError  # noqa: F401

@@ -1,0 +1,104 @@
+"""Join, as Horovod defines it: a rank that ran out of data calls join(); until every rank has,
+the others' allreduces go on with zeros in its place and Average divides by every rank; other
+collectives fail on the ranks that call them; join() returns the last rank to join, the same on
+every rank. Each rank in turn joins first, as in Horovod's tests."""
+
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import hora.torch as hvd
+from conftest import per_rank
+
+DTYPES = [torch.int32, torch.int64, torch.float32, torch.float64]
+
+
+def needs_peers():
+    if hvd.size() == 1:
+        pytest.skip("join needs other ranks")
+
+
+def average_without(first, shape, dtype, seed):
+    """Horovod's Average with rank `first` joined: the others' sum over every rank (numpy)."""
+    total = sum(per_rank(r, shape, dtype, seed).numpy().astype(np.float64)
+                for r in range(hvd.size()) if r != first)
+    out = total / hvd.size()
+    return np.trunc(out) if not dtype.is_floating_point else out  # integers truncate, as Horovod's
+
+
+def check_join_result(ret, first):
+    assert ret != first, "join() returned the rank that joined first"
+    assert hvd.allgather_object(ret) == [ret] * hvd.size(), "join() returned different ranks"
+
+
+def join_round(first, dtype, dim, cached=True):
+    """One round of Horovod's join test: two tensors (fused) whose names are in the response cache."""
+    shape_a, shape_b = [5] * dim, [17] * dim
+    a, b = per_rank(hvd.rank(), shape_a, dtype, seed=1), per_rank(hvd.rank(), shape_b, dtype, seed=2)
+    if cached:  # the same names, negotiated once by every rank, then served by the cache
+        ha, hb = hvd.allreduce_async(a, name="join.a"), hvd.allreduce_async(b, name="join.b")
+        hvd.synchronize(ha), hvd.synchronize(hb)
+    if hvd.rank() == first:
+        return hvd.join(), None
+    ha, hb = hvd.allreduce_async(a, name="join.a"), hvd.allreduce_async(b, name="join.b")
+    out_a, out_b = hvd.synchronize(ha), hvd.synchronize(hb)
+    ret = hvd.join()
+    tol = 1e-5 if dtype.is_floating_point else 0
+    np.testing.assert_allclose(out_a.numpy(), average_without(first, shape_a, dtype, 1), rtol=tol, atol=tol)
+    np.testing.assert_allclose(out_b.numpy(), average_without(first, shape_b, dtype, 2), rtol=tol, atol=tol)
+    return ret, out_a
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("dim", [1, 2, 3])
+@pytest.mark.parametrize("cached", [False, True])
+def test_join_allreduce(dtype, dim, cached):
+    needs_peers()
+    for first in range(hvd.size()):
+        ret, _ = join_round(first, dtype, dim, cached)
+        check_join_result(ret, first)
+
+
+def test_join_while_the_timeline_records(tmp_path_factory):
+    """Horovod's test suite sets HOROVOD_TIMELINE: a join on a rank that records used to kill its
+    engine, and the job never ended."""
+    needs_peers()
+    path = os.path.join(tmp_path_factory.mktemp(f"timeline{hvd.rank()}"), "trace.json")
+    hvd.start_timeline(path)
+    try:
+        for first in range(hvd.size()):
+            ret, _ = join_round(first, torch.float32, 2)
+            check_join_result(ret, first)
+    finally:
+        hvd.stop_timeline()
+
+
+def other_collective(kind, tensor):
+    size = hvd.size()
+    if kind == "allgather":
+        return hvd.allgather(tensor, name="join.allgather")
+    if kind == "broadcast":
+        return hvd.broadcast(tensor, root_rank=hvd.rank(), name="join.broadcast")
+    if kind == "alltoall":
+        return hvd.alltoall(tensor.reshape(size, -1), name="join.alltoall")
+    return hvd.reducescatter(tensor.reshape(size, -1), name="join.reducescatter")
+
+
+@pytest.mark.parametrize("kind", ["allgather", "broadcast", "alltoall", "reducescatter"])
+def test_join_fails_other_collectives(kind):
+    """Horovod refuses these while a rank has joined (its callers catch RuntimeError; hora's
+    HoraInternalError, alias HorovodInternalError, is one)."""
+    needs_peers()
+    tensor = torch.ones(hvd.size() * 17 * 3)
+    for first in range(hvd.size()):
+        if hvd.rank() == first:
+            ret = hvd.join()
+        else:
+            with pytest.raises(hvd.HorovodInternalError) as info:
+                other_collective(kind, tensor)
+            assert isinstance(info.value, RuntimeError)
+            assert "joined" in str(info.value)
+            ret = hvd.join()
+        check_join_result(ret, first)

@@ -1,0 +1,178 @@
+"""The opt-in `horovod` compatibility package (python/horovod_compat): installed into a
+temporary directory, never into the project's environment, it makes Horovod's names resolve to
+hora's objects; it refuses to install over a real Horovod; and scripts written against
+Horovod's API run unchanged through `horovodrun` and `horovod.run`.
+
+HORA_HOROVOD_EXAMPLES=DIR (a directory holding Horovod's examples/pytorch/pytorch_mnist.py and
+pytorch_synthetic_benchmark.py, which hora does not ship) also runs those two unchanged.
+"""
+
+import glob
+import gzip
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+COMPAT = os.path.join(ROOT, "python", "horovod_compat")
+SCRIPTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "horovod_scripts")
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+BIN = os.path.dirname(sys.executable)
+
+
+def pip_install(source, target, env=None):
+    """pip install --target: the test never touches the project's environment."""
+    work = os.path.join(os.path.dirname(target), "src")
+    shutil.copytree(source, work, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    return subprocess.run([sys.executable, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-index",
+                           "-q", "--target", target, work], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.fixture(scope="module")
+def compat(tmp_path_factory):
+    site = str(tmp_path_factory.mktemp("compat") / "site")
+    done = pip_install(COMPAT, site)
+    assert done.returncode == 0, done.stderr
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([site, os.environ.get("PYTHONPATH", "")]),
+               PATH=os.pathsep.join([BIN, os.environ["PATH"]]))
+    return site, env
+
+
+def python(code, env, timeout=120):
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=timeout)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def test_not_installed_by_default():
+    spec = subprocess.run([sys.executable, "-c", "import importlib.util as u; print(u.find_spec('horovod'))"],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONPATH=""))
+    assert spec.stdout.strip() == "None", "the project's environment must not have a horovod module"
+
+
+def test_horovod_names_are_horas_objects(compat):
+    _, env = compat
+    out = python("""
+import sys
+import hora.torch, horovod, horovod.torch as hvd
+import horovod.torch.mpi_ops, horovod.torch.optimizer, horovod.torch.functions
+from horovod.torch.mpi_ops import allreduce_async_, synchronize
+from horovod.common.exceptions import HorovodInternalError
+assert hvd.allreduce is hora.torch.allreduce and hvd.DistributedOptimizer is hora.torch.DistributedOptimizer
+assert horovod.torch.mpi_ops is hora.torch.mpi_ops is sys.modules['horovod.torch.mpi_ops']
+assert horovod.torch.optimizer is hora.torch.optimizer and hvd.functions is hora.torch.functions
+assert allreduce_async_ is hora.torch.allreduce_async_ and HorovodInternalError is hora.torch.HoraInternalError
+missing = [n for n in dir(hora.torch) if not n.startswith('_') and not hasattr(hvd, n)]
+assert not missing, missing
+print(horovod.__version__)
+""", env)
+    assert out.strip() == "0.28.1"
+
+
+def test_one_state_under_both_names(compat):
+    _, env = compat
+    out = python("""
+import torch, hora.torch, horovod.torch as hvd
+hvd.init()
+assert hora.torch.is_initialized() and hora.torch.size() == hvd.size() == 1
+handle = hvd.allreduce_async(torch.arange(4.0), name='x')
+print(hora.torch.synchronize(handle).tolist())
+hvd.shutdown()
+assert not hora.torch.is_initialized()
+""", env)
+    assert out.strip() == "[0.0, 1.0, 2.0, 3.0]"
+
+
+def test_refuses_to_install_over_a_real_horovod(tmp_path):
+    fake = tmp_path / "fake" / "horovod-0.28.1.dist-info"
+    fake.mkdir(parents=True)
+    (fake / "METADATA").write_text("Metadata-Version: 2.1\nName: horovod\nVersion: 0.28.1\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "fake"))
+    done = pip_install(COMPAT, str(tmp_path / "site"), env=env)
+    assert done.returncode != 0
+    assert "Horovod 0.28.1 is installed" in done.stdout + done.stderr
+    assert not os.path.exists(tmp_path / "site" / "horovod")
+
+
+def test_horovod_run_takes_horovods_arguments(compat, tmp_path):
+    _, env = compat
+    hostfile = tmp_path / "hosts"
+    hostfile.write_text("# two slots here\nlocalhost slots=2\n")
+    out = python(f"""
+import horovod
+def job(base):
+    import horovod.torch as hvd
+    hvd.init()
+    return base + hvd.rank()
+print(horovod.run(job, args=(10,), num_proc=2))
+print(horovod.run(job, kwargs={{'base': 0}}, np=2, hostfile={str(hostfile)!r}, use_gloo=True))
+try:
+    horovod.run(job, num_proc=2, min_num_proc=1)
+except ValueError as e:
+    print('refused:', e)
+""", env)
+    lines = out.strip().splitlines()
+    assert lines[0] == "[10, 11]" and lines[1] == "[0, 1]"
+    assert lines[2].startswith("refused:") and "min_num_proc" in lines[2]
+
+
+def test_horovodrun_starts_a_job(compat):
+    site, env = compat
+    done = subprocess.run([os.path.join(site, "bin", "horovodrun"), "-np", "2", sys.executable, "-c",
+                           "import horovod.torch as hvd; hvd.init(); print('rank', hvd.rank(), 'of', hvd.size())"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "[0]<stdout>:rank 0 of 2" in done.stdout and "[1]<stdout>:rank 1 of 2" in done.stdout
+
+
+@pytest.fixture(scope="module")
+def mnist_dir(tmp_path_factory):
+    """Debian's Fashion-MNIST under the file names torchvision's MNIST loader looks for."""
+    if not os.path.isdir(FASHION_MNIST):
+        pytest.skip("dataset-fashion-mnist is not installed")
+    raw = tmp_path_factory.mktemp("data") / "MNIST" / "raw"
+    raw.mkdir(parents=True)
+    for path in glob.glob(os.path.join(FASHION_MNIST, "*.gz")):
+        with gzip.open(path) as src, open(raw / os.path.basename(path)[:-3], "wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return str(raw.parent.parent)
+
+
+@pytest.mark.parametrize("launch", ["horovodrun", "horovod.run"])
+def test_a_horovod_training_script_runs_unchanged(compat, mnist_dir, launch):
+    pytest.importorskip("torchvision")
+    site, env = compat
+    script = [os.path.join(SCRIPTS, "mnist_horovod_api.py"), "--data-dir", mnist_dir, "--fp16-allreduce"]
+    if launch == "horovodrun":
+        command = [os.path.join(site, "bin", "horovodrun"), "-np", "2", sys.executable] + script
+    else:
+        command = [sys.executable] + script + ["--num-proc", "2"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    accuracy = float(re.search(r"accuracy=([0-9.]+) ranks=2 horovod=0.28.1", done.stdout).group(1))
+    assert accuracy > 0.6, done.stdout
+    assert done.stdout.count("parameters equal rank 0's: True") == 2, done.stdout
+
+
+EXAMPLES = os.environ.get("HORA_HOROVOD_EXAMPLES")
+
+
+@pytest.mark.skipif(not EXAMPLES, reason="set HORA_HOROVOD_EXAMPLES to Horovod's examples/pytorch directory")
+@pytest.mark.parametrize("example,arguments,expect", [
+    ("pytorch_mnist.py", ["--epochs", "1", "--log-interval", "200"], r"Test set: Average loss: [0-9.]+, Accuracy: "),
+    ("pytorch_synthetic_benchmark.py", ["--model", "resnet18", "--batch-size", "4", "--num-warmup-batches", "1",
+                                        "--num-batches-per-iter", "2", "--num-iters", "2"], r"Total img/sec on 2 CPU"),
+])
+def test_horovods_own_examples_run_unchanged(compat, mnist_dir, example, arguments, expect):
+    site, env = compat
+    if example == "pytorch_mnist.py":
+        arguments = arguments + ["--data-dir", mnist_dir]
+    done = subprocess.run([os.path.join(site, "bin", "horovodrun"), "-np", "2", sys.executable,
+                           os.path.join(EXAMPLES, example)] + arguments,
+                          capture_output=True, text=True, env=env, timeout=900, cwd=str(os.path.dirname(mnist_dir)))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert re.search(expect, done.stdout), done.stdout
