@@ -32,6 +32,10 @@ struct RendezvousOptions {
   std::string prefix;                 // keys are prefixed, so one store can serve several jobs
   std::string announce_key;           // set once connected, for the launcher's start timeout
   bool serve_store = false;           // this process serves the store (rank 0 without horarun)
+  // Set for a job of mpirun's: address, port and secret are learned through the MPI launcher's
+  // key-value service, "pmi-fd:<fd>" (MPICH's Hydra) or "pmix" (OpenMPI); see
+  // src/bootstrap/store_through_launcher.h.
+  std::string launcher_kvs;
 };
 
 // HORA_TRANSPORT: how the ranks of a communicator reach each other.

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "bootstrap/connect.h"
+#include "bootstrap/store_through_launcher.h"
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
 #include "collectives/flight_recorder.h"
@@ -159,7 +160,9 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   const CommunicatorOptions options = common::communicatorOptionsFrom(env);
   common::applyLogLevel(env);
   const Identity identity = common::identityFrom(env);
-  const RendezvousOptions job = common::rendezvousOptionsFrom(env, identity.size);
+  RendezvousOptions job = common::rendezvousOptionsFrom(env, identity.size);
+  if (!job.launcher_kvs.empty())
+    job = bootstrap::rendezvousThroughLauncher(job, identity.rank, options.iface, options.timeout);
   return create(identity, bootstrap::nextCommunicator(job, identity.rank), options);
 }
 

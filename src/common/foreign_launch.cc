@@ -20,6 +20,7 @@ std::optional<ForeignLaunch> detectForeignLaunch(const Env& env) {
     job.single_host = env.isSet("OMPI_COMM_WORLD_LOCAL_SIZE") &&
                       env.getInt("OMPI_COMM_WORLD_LOCAL_SIZE", 1, job.size) == job.size;
     job.job_id = env.getString("OMPI_MCA_ess_base_jobid");
+    if (env.isSet("PMIX_NAMESPACE")) job.launcher_kvs = "pmix";
   } else if (env.isSet("PMI_SIZE")) {
     job.launcher = "MPICH";
     job.size = static_cast<int>(env.getInt("PMI_SIZE", 1, 1 << 20));
@@ -27,6 +28,7 @@ std::optional<ForeignLaunch> detectForeignLaunch(const Env& env) {
     job.single_host = env.isSet("MPI_LOCALNRANKS") && env.getInt("MPI_LOCALNRANKS", 1, job.size) == job.size;
     // Hydra names no job; on one host every rank is a child of the same proxy process.
     if (job.single_host) job.job_id = "hydra-" + std::to_string(::getppid());
+    if (env.isSet("PMI_FD")) job.launcher_kvs = "pmi-fd:" + std::to_string(env.getInt("PMI_FD", 0, 1 << 20));
   } else if (env.isSet("SLURM_NTASKS") && env.isSet("SLURM_PROCID")) {
     job.launcher = "Slurm";
     job.size = static_cast<int>(env.getInt("SLURM_NTASKS", 1, 1 << 20));
@@ -53,12 +55,23 @@ std::string firstSlurmHost(const std::string& list) {
 RendezvousOptions foreignRendezvous(const Env& env, const ForeignLaunch& job) {
   RendezvousOptions r;
   const std::string via = " (a job started by " + job.launcher + " without horarun)";
+  if (!job.launcher_kvs.empty() && !env.isSet("HORA_RENDEZVOUS_ADDR") && !env.isSet("HORA_RENDEZVOUS_PORT")) {
+    // Learned at the first Communicator (bootstrap/store_through_launcher.h).
+    r.launcher_kvs = job.launcher_kvs;
+    r.address = job.single_host ? "127.0.0.1" : "";
+    r.port = 0;
+    r.secret = env.getString("HORA_SECRET");
+    r.serve_store = job.rank == 0;
+    return r;
+  }
   if (env.isSet("HORA_RENDEZVOUS_ADDR")) r.address = env.getString("HORA_RENDEZVOUS_ADDR");
   else if (job.single_host) r.address = "127.0.0.1";
   else if (!job.first_host.empty()) r.address = job.first_host;
   else
-    throw InvalidArgumentError("HORA_RENDEZVOUS_ADDR is not set" + via +
-                               ": set it to the address of rank 0's host, e.g. mpirun -x HORA_RENDEZVOUS_ADDR=host0");
+    throw InvalidArgumentError("HORA_RENDEZVOUS_ADDR is not set" + via + " and " + job.launcher +
+                               " offers no key-value service to learn rank 0's address from (" +
+                               (job.launcher == "OpenMPI" ? "PMIX_NAMESPACE" : "PMI_FD") +
+                               " is not set): set it to the address of rank 0's host, e.g. mpirun -x HORA_RENDEZVOUS_ADDR=host0");
   if (env.isSet("HORA_RENDEZVOUS_PORT")) {
     r.port = static_cast<int>(env.getInt("HORA_RENDEZVOUS_PORT", 1, 65535));
   } else if (!job.job_id.empty()) {

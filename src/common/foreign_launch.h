@@ -2,7 +2,11 @@
 // finds its rank and size in that launcher's environment; rank 0 serves the rendezvous store
 // itself, at an address the others can compute (Note [foreign launch]).
 //
-// Note [foreign launch]: the store's address is HORA_RENDEZVOUS_ADDR if set, else 127.0.0.1 when
+// Note [foreign launch]: when neither HORA_RENDEZVOUS_ADDR nor HORA_RENDEZVOUS_PORT is set and
+// the launcher offers its key-value service (PMI-1 over PMI_FD for MPICH's Hydra, PMIx for
+// OpenMPI), rank 0 serves the store on a free port with a random secret and the others learn
+// both through that service (bootstrap/store_through_launcher.h). Otherwise:
+// the store's address is HORA_RENDEZVOUS_ADDR if set, else 127.0.0.1 when
 // every rank is on one host, else (Slurm) the first host of the step, where srun puts rank 0.
 // Its port is HORA_RENDEZVOUS_PORT if set, else derived from the launcher's job id (OpenMPI's
 // jobid, Slurm's job and step ids, or for a one-host MPICH job the pid of the process that
@@ -25,6 +29,7 @@ struct ForeignLaunch {
   bool single_host = false;
   std::string job_id;      // empty when the launcher gives none
   std::string first_host;  // Slurm: the step's first host
+  std::string launcher_kvs;  // "pmi-fd:<fd>", "pmix", or "" (RendezvousOptions::launcher_kvs)
 };
 
 // The launcher that started this process, when no HORA_SIZE is set; nullopt when none is known.

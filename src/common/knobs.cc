@@ -45,6 +45,12 @@ constexpr KnobSpec kKnobs[] = {
     {"PMI_RANK", "", G::kForeignLauncher, "", "Rank, as MPICH's mpirun (Hydra) sets it (used without horarun)."},
     {"PMI_SIZE", "", G::kForeignLauncher, "", "Number of ranks (MPICH Hydra)."},
     {"MPI_LOCALNRANKS", "", G::kForeignLauncher, "", "Ranks on this host (MPICH Hydra)."},
+    {"PMI_FD", "", G::kForeignLauncher, "",
+     "Socket to MPICH Hydra's process manager (PMI-1): where the ranks learn rank 0's store address and "
+     "the job secret when HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT are unset."},
+    {"PMIX_NAMESPACE", "", G::kForeignLauncher, "",
+     "Set for ranks of OpenMPI's mpirun (PMIx): they learn rank 0's store address and the job secret "
+     "through PMIx when HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT are unset."},
     {"SLURM_PROCID", "", G::kForeignLauncher, "", "Rank, as Slurm's srun sets it (used without horarun)."},
     {"SLURM_NTASKS", "", G::kForeignLauncher, "", "Number of ranks (Slurm)."},
     {"SLURM_JOB_ID", "", G::kForeignLauncher, "", "Slurm's job id (with SLURM_STEP_ID: the store's port)."},

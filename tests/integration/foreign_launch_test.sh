@@ -19,7 +19,10 @@ if command -v mpirun.openmpi >/dev/null; then
     timeout 120 mpirun.openmpi -np 3 "$bench" "$op" -b 4 -e 1M -f 32 -c 1 >"$tmp/out" 2>&1
     clean $?; check "OpenMPI mpirun -np 3: $op checks clean" $?
   done
-  grep -q "HORA_SECRET is not set" "$tmp/out"; check "without HORA_SECRET, rank 0 warns that the job id keys the store" $?
+  ! grep -q "HORA_SECRET is not set" "$tmp/out"; check "OpenMPI: a random job secret comes through PMIx (no warning)" $?
+  HORA_LOG_LEVEL=debug timeout 120 mpirun.openmpi -x HORA_LOG_LEVEL -np 2 "$bench" allreduce -b 4 -e 4 -c 1 >"$tmp/out" 2>&1
+  clean $? && grep -q "rendezvous store at 127.0.0.1:[0-9]*, learned through pmix" "$tmp/out"
+  check "OpenMPI: rank 0's store is learned through PMIx, on loopback for a one-host job" $?
   HORA_SECRET=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n') timeout 120 mpirun.openmpi -x HORA_SECRET -np 2 \
     "$bench" allreduce -b 4 -e 64K -c 1 >"$tmp/out" 2>&1
   clean $? && ! grep -q "HORA_SECRET is not set" "$tmp/out"; check "OpenMPI mpirun -x HORA_SECRET: no warning, clean" $?
@@ -38,6 +41,17 @@ if command -v mpirun.mpich >/dev/null; then
     timeout 120 mpirun.mpich -np 3 "$bench" "$op" -b 4 -e 1M -f 32 -c 1 >"$tmp/out" 2>&1
     clean $?; check "MPICH mpirun -np 3: $op checks clean" $?
   done
+  timeout 120 mpirun.mpich -np 2 -genv HORA_LOG_LEVEL debug "$bench" allreduce -b 4 -e 4 -c 1 >"$tmp/out" 2>&1
+  clean $? && grep -q "learned through pmi-fd" "$tmp/out" && ! grep -q "HORA_SECRET is not set" "$tmp/out"
+  check "MPICH: rank 0's store and a random secret are learned over PMI-1 (PMI_FD)" $?
+  # Two jobs at once: free ports from the kernel, so they cannot collide.
+  timeout 120 mpirun.mpich -np 2 "$bench" allreduce -b 4 -e 4M -f 4 -c 1 >"$tmp/out1" 2>&1 &
+  timeout 120 mpirun.mpich -np 2 "$bench" allreduce -b 4 -e 4M -f 4 -c 1 >"$tmp/out" 2>&1
+  clean $? && wait $! && grep -q "0 OK" "$tmp/out1"; check "two MPICH jobs at once on one host do not collide" $?
+  # A PMI_FD that is no process manager: the error says what to set instead.
+  PMI_SIZE=2 PMI_RANK=1 PMI_FD=55 "$bench" allreduce -b 4 -e 4 >"$tmp/out" 2>&1
+  [ $? != 0 ] && grep -q "rank 1 cannot use the MPI launcher's key-value service.*PMI_FD=55.*set HORA_RENDEZVOUS_ADDR" "$tmp/out"
+  check "an unusable PMI_FD fails rank 1 naming it and what to set by hand" $?
 else
   echo "SKIP: MPICH's mpirun is not installed"
 fi
@@ -52,10 +66,18 @@ done
 ok=0
 for p in "${pids[@]}"; do wait "$p" || ok=1; done
 [ $ok = 0 ] && grep -q "0 OK" "$tmp/slurm0"; check "simulated srun (SLURM_* of 3 tasks) checks clean" $?
+grep -q "HORA_SECRET is not set" "$tmp/slurm0"; check "without a key-value service or HORA_SECRET, rank 0 warns that the job id keys the store" $?
 
 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=1 "$bench" allreduce -b 4 -e 4 >"$tmp/out" 2>&1
-[ $? != 0 ] && grep -q "HORA_RENDEZVOUS_ADDR is not set (a job started by OpenMPI without horarun)" "$tmp/out"
-check "a multi-host mpirun job without HORA_RENDEZVOUS_ADDR is told what to set" $?
+[ $? != 0 ] && grep -q "HORA_RENDEZVOUS_ADDR is not set (a job started by OpenMPI without horarun) and OpenMPI offers no key-value service.*PMIX_NAMESPACE is not set" "$tmp/out"
+check "a multi-host mpirun job without PMIx nor HORA_RENDEZVOUS_ADDR is told what to set" $?
+env OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=1 PMIX_NAMESPACE=1 \
+  PMIX_SERVER_URI41="1.0;tcp4://127.0.0.1:1" PMIX_SERVER_URI4="1.0;tcp4://127.0.0.1:1" PMIX_SERVER_URI3="1.0;tcp4://127.0.0.1:1" \
+  PMIX_SERVER_URI2="1.0;tcp4://127.0.0.1:1" PMIX_SERVER_URI21="1.0;tcp4://127.0.0.1:1" PMIX_RANK=1 \
+  HORA_TIMEOUT_SECONDS=5 timeout 60 "$bench" allreduce -b 4 -e 4 >"$tmp/out" 2>&1
+code=$?
+[ "$code" != 0 ] && [ "$code" != 124 ] && grep -q "rank 1 cannot use the MPI launcher's key-value service.*PMIx.*set HORA_RENDEZVOUS_ADDR" "$tmp/out"
+check "an unreachable PMIx server fails rank 1 naming PMIx and what to set by hand" $?
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
