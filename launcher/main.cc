@@ -26,6 +26,8 @@
 #include "common/socket.h"
 #include "hora/errors.h"
 #include "launcher/flags.h"
+#include "launcher/host_agent.h"
+#include "launcher/hydra_ssh.h"
 #include "launcher/hosts.h"
 #include "launcher/remote.h"
 #include "launcher/worker_set.h"
@@ -112,32 +114,39 @@ std::vector<std::string> mpirunArgv(const JobFlags& f, const JobPlan& plan, bool
     if (f.ssh.port > 0) rsh += "-p " + std::to_string(f.ssh.port);
     if (!f.ssh.identity_file.empty()) rsh += (rsh.empty() ? "" : " ") + std::string("-i ") + f.ssh.identity_file;
     if (!rsh.empty()) argv.insert(argv.end(), {"--mca", "plm_rsh_args", rsh});
-    if (!f.network_interface.empty()) argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", f.network_interface});
+    if (!f.network_interface.empty())
+      argv.insert(argv.end(), {"--mca", "btl_tcp_if_include", f.network_interface, "--mca", "oob_tcp_if_include",
+                               f.network_interface});
   } else {
     argv.insert(argv.end(), {"-genvlist", names});
     if (hosts_given) argv.insert(argv.end(), {"-hosts", host_list});
+    if (!f.network_interface.empty()) argv.insert(argv.end(), {"-iface", f.network_interface});
   }
   argv.insert(argv.end(), f.command.begin(), f.command.end());
   return argv;
 }
 
 // --mpi: hand the job to mpirun. The ranks then find each other as any mpirun-started hora job
-// does (src/common/foreign_launch.h); the job secret and every -x / knob variable travel in the
-// environment (named, not valued, on mpirun's command line). Returns only when mpirun cannot be
-// executed.
+// does (src/common/foreign_launch.h: rank 0's store through the launcher's key-value service);
+// the job secret and every -x / knob variable travel in the environment (named, not valued, on
+// mpirun's command line). Returns mpirun's exit code when it ran as a child (Hydra with ssh
+// options), else only when mpirun cannot be executed.
 int execMpirun(const JobFlags& f, const JobPlan& plan, Env env) {
   const std::string flavour = mpirunFlavour();
   if (flavour.empty()) return 127;
-  // Without horarun's store, rank 0 (on the first host) serves it.
-  const std::string rank0 = plan.local.at(plan.placements[0].host) ? plan.store_host : plan.placements[0].host;
   env["HORA_SECRET"] = hora::common::randomSecret();
-  if (!plan.first_remote.empty() && !env.count("HORA_RENDEZVOUS_ADDR")) env["HORA_RENDEZVOUS_ADDR"] = rank0;
-  const std::vector<std::string> argv = mpirunArgv(f, plan, flavour == "openmpi", env);
+  std::vector<std::string> argv = mpirunArgv(f, plan, flavour == "openmpi", env);
+  std::unique_ptr<HydraSsh> hydra_ssh;
+  if (flavour == "hydra" && (f.ssh.port > 0 || !f.ssh.identity_file.empty())) {
+    hydra_ssh = std::make_unique<HydraSsh>(f.ssh);
+    argv.insert(argv.begin() + 1, {"-launcher", "ssh", "-launcher-exec", hydra_ssh->path()});
+  }
   if (f.verbose) {
     std::cerr << "horarun:";
     for (const auto& a : argv) std::cerr << " " << a;
     std::cerr << "\n";
   }
+  if (hydra_ssh) return runForwardingSignals(argv);  // the script goes when mpirun ends
   std::vector<char*> raw;
   for (const auto& a : argv) raw.push_back(const_cast<char*>(a.c_str()));
   raw.push_back(nullptr);
@@ -146,13 +155,9 @@ int execMpirun(const JobFlags& f, const JobPlan& plan, Env env) {
   return 127;
 }
 
-// What starts rank p: its HORA_* identity and the store's address beside `env`; the secret in
-// its environment (local) or on its stdin (ssh).
-WorkerSpec workerSpec(const JobFlags& f, const JobPlan& plan, const Placement& p, Env env, int store_port,
-                      const std::string& secret) {
-  WorkerSpec spec;
-  spec.rank = p.rank;
-  spec.host = p.host;
+// Rank p's environment: its HORA_* identity, the store's address and the secret beside `env`.
+Env rankEnvironment(const JobFlags& f, const JobPlan& plan, const Placement& p, Env env, int store_port,
+                    const std::string& secret) {
   env["HORA_RANK"] = std::to_string(p.rank);
   env["HORA_SIZE"] = std::to_string(f.np);
   env["HORA_LOCAL_RANK"] = std::to_string(p.local_rank);
@@ -165,17 +170,50 @@ WorkerSpec workerSpec(const JobFlags& f, const JobPlan& plan, const Placement& p
     env[std::string("HOROVOD_") + name] = env[std::string("HORA_") + name];
   env["HORA_RENDEZVOUS_ADDR"] = plan.store_host;
   env["HORA_RENDEZVOUS_PORT"] = std::to_string(store_port);
-  if (plan.local.at(p.host)) {
-    env["HORA_SECRET"] = secret;
-    spec.argv = f.command;
-    spec.env = std::move(env);
-  } else {
-    SshOptions ssh = f.ssh;
-    ssh.connect_timeout = std::chrono::seconds(static_cast<int64_t>(f.start_timeout));
-    spec.argv = sshArgv(p.host, ssh, std::filesystem::current_path().string(), env, f.command);
-    spec.stdin_data = secret + "\n";
+  env["HORA_SECRET"] = secret;
+  return env;
+}
+
+// What starts the job's ranks: a process per rank of this host (the secret in its environment),
+// and per remote host one ssh that starts horarun's host agent there, which forks that host's
+// ranks (host_agent.h; the plan, secret included, goes to its stdin, never a command line).
+std::vector<WorkerSpec> workerSpecs(const JobFlags& f, const JobPlan& plan, const Env& env, int store_port,
+                                    const std::string& secret) {
+  std::vector<WorkerSpec> specs;
+  std::map<std::string, HostPlan> remote;
+  std::vector<std::string> remote_order;
+  for (const auto& p : plan.placements) {
+    Env rank_env = rankEnvironment(f, plan, p, env, store_port, secret);
+    if (plan.local.at(p.host)) {
+      WorkerSpec spec;
+      spec.rank = p.rank;
+      spec.host = p.host;
+      spec.argv = f.command;
+      spec.env = std::move(rank_env);
+      specs.push_back(std::move(spec));
+      continue;
+    }
+    auto [it, first] = remote.try_emplace(p.host);
+    if (first) remote_order.push_back(p.host);
+    it->second.host = p.host;
+    it->second.grace_ms = static_cast<int>(f.grace_seconds * 1000);
+    it->second.command = f.command;
+    it->second.ranks.push_back({p.rank, std::move(rank_env)});
   }
-  return spec;
+  SshOptions ssh = f.ssh;
+  ssh.connect_timeout = std::chrono::seconds(static_cast<int64_t>(f.start_timeout));
+  const std::string self = std::filesystem::canonical("/proc/self/exe").string();
+  for (const auto& host : remote_order) {
+    const HostPlan& host_plan = remote.at(host);
+    WorkerSpec spec;
+    spec.rank = host_plan.ranks.front().rank;
+    spec.host = host;
+    for (const auto& r : host_plan.ranks) spec.agent_ranks.push_back(r.rank);
+    spec.argv = sshHostAgentArgv(host, ssh, std::filesystem::current_path().string(), self);
+    spec.stdin_data = encodeHostPlan(host_plan);
+    specs.push_back(std::move(spec));
+  }
+  return specs;
 }
 
 // Every rank announces itself in the store when its first Communicator connects; a rank that
@@ -228,12 +266,23 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
   installForwardingSignalHandlers();
   WorkerSet workers(std::chrono::milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir);
   StartWatch watch(f, plan, workers, store.port(), secret);
-  for (const auto& p : plan.placements) {
-    if (f.verbose)
-      std::cerr << "horarun: rank " << p.rank << " on " << p.host << (plan.local.at(p.host) ? "" : " (ssh)") << "\n";
-    workers.start(workerSpec(f, plan, p, env, store.port(), secret));
+  for (const auto& spec : workerSpecs(f, plan, env, store.port(), secret)) {
+    if (f.verbose && spec.agent_ranks.empty()) std::cerr << "horarun: rank " << spec.rank << " on " << spec.host << "\n";
+    if (f.verbose && !spec.agent_ranks.empty())
+      std::cerr << "horarun: ranks " << spec.agent_ranks.front() << "-" << spec.agent_ranks.back() << " on "
+                << spec.host << " (ssh, one host agent)\n";
+    workers.start(spec);
   }
-  const auto result = workers.wait(std::ref(watch));
+  auto result = workers.wait(std::ref(watch));
+  // A host agent that failed left the rank and the reason in the store.
+  if (result.exit_code != 0 && !result.failed_host.empty()) {
+    try {
+      const auto soon = hora::common::Deadline::after(std::chrono::seconds(2));
+      hora::rendezvous::TcpStore client(plan.store_host, store.port(), secret, soon);
+      if (auto why = client.tryGet(agentReportKey(result.failed_host), soon)) result.reason = *why;
+    } catch (const std::exception&) {
+    }
+  }
   if (result.exit_code != 0) {
     std::cerr << "horarun: " << result.reason << "; the other ranks were stopped\n";
     return result.exit_code;
@@ -275,6 +324,8 @@ void printKnobsMarkdown() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // On a remote host, started by another horarun over ssh (not a user's flag: not in --help).
+  if (argc == 2 && std::string(argv[1]) == "--host-agent") return runHostAgent();
   const CommandLine c = parseCommandLine(argc, argv);
   switch (c.action) {
     case CommandLine::Action::kExit: return c.exit_code;

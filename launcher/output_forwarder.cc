@@ -14,9 +14,20 @@ namespace hora::launcher {
 OutputForwarder::~OutputForwarder() {
   for (auto& s : streams_)
     if (s->file) std::fclose(s->file);
+  for (auto& [key, file] : agent_files_) std::fclose(file);
 }
 
-std::pair<common::Fd, common::Fd> OutputForwarder::addWorker(int rank) {
+std::FILE* OutputForwarder::fileOf(int rank, bool is_stderr) {
+  auto& file = agent_files_[{rank, is_stderr}];
+  if (file) return file;
+  const std::string dir = output_dir_ + "/rank." + std::to_string(rank);
+  ::mkdir(output_dir_.c_str(), 0755);
+  ::mkdir(dir.c_str(), 0755);
+  file = std::fopen((dir + (is_stderr ? "/stderr" : "/stdout")).c_str(), "w");
+  return file;
+}
+
+std::pair<common::Fd, common::Fd> OutputForwarder::addWorker(int rank, bool prefixed) {
   common::Fd ends[2][2];
   for (auto& e : ends) {
     int p[2];
@@ -26,7 +37,7 @@ std::pair<common::Fd, common::Fd> OutputForwarder::addWorker(int rank) {
     common::setNonBlocking(p[0]);
   }
   std::string dir;
-  if (!output_dir_.empty()) {
+  if (!output_dir_.empty() && !prefixed) {
     dir = output_dir_ + "/rank." + std::to_string(rank);
     ::mkdir(output_dir_.c_str(), 0755);
     if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
@@ -36,6 +47,7 @@ std::pair<common::Fd, common::Fd> OutputForwarder::addWorker(int rank) {
     auto s = std::make_unique<Stream>();
     s->rank = rank;
     s->is_stderr = k == 1;
+    s->prefixed = prefixed;
     s->fd = std::move(ends[k][0]);
     if (!dir.empty()) {
       const std::string path = dir + (k == 1 ? "/stderr" : "/stdout");
@@ -48,8 +60,8 @@ std::pair<common::Fd, common::Fd> OutputForwarder::addWorker(int rank) {
 }
 
 void OutputForwarder::emit(Stream& s, std::string_view line) {
-  std::string out = "[";
-  out.append(std::to_string(s.rank)).append(s.is_stderr ? "]<stderr>:" : "]<stdout>:");
+  std::string out;
+  if (!s.prefixed) out.append("[").append(std::to_string(s.rank)).append(s.is_stderr ? "]<stderr>:" : "]<stdout>:");
   out.append(line).push_back('\n');
   // One write per line: whole lines reach the terminal or pipe one after the other.
   const int fd = s.is_stderr ? 2 : 1;
@@ -60,10 +72,21 @@ void OutputForwarder::emit(Stream& s, std::string_view line) {
     if (n <= 0) break;
     done += static_cast<size_t>(n);
   }
-  if (s.file) {
-    std::fwrite(line.data(), 1, line.size(), s.file);
-    std::fputc('\n', s.file);
-    std::fflush(s.file);
+  std::FILE* file = s.file;
+  if (s.prefixed && !output_dir_.empty()) {
+    // "[3]<stdout>:text" from a host agent: rank 3's file gets "text". (A line without the
+    // prefix is the agent's own, for the terminal only.)
+    const auto close = line.find("]<std");
+    if (!line.empty() && line[0] == '[' && close != std::string_view::npos && line.size() >= close + 10) {
+      const int rank = std::atoi(std::string(line.substr(1, close - 1)).c_str());
+      file = fileOf(rank, line.substr(close + 2, 6) == "stderr");
+      line = line.substr(close + 10);
+    }
+  }
+  if (file) {
+    std::fwrite(line.data(), 1, line.size(), file);
+    std::fputc('\n', file);
+    std::fflush(file);
   }
 }
 

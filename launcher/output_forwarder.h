@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,7 +22,8 @@ class OutputForwarder {
   ~OutputForwarder();
 
   // Makes the pipes for one worker; returns the write ends for the child's fd 1 and 2.
-  std::pair<common::Fd, common::Fd> addWorker(int rank);
+  // `prefixed`: a host agent's, whose lines carry their rank's prefix already.
+  std::pair<common::Fd, common::Fd> addWorker(int rank, bool prefixed = false);
   // Forwards what arrived, waiting up to `wait` for something to arrive. Returns false when
   // every pipe has reached end of file.
   bool pump(std::chrono::milliseconds wait);
@@ -35,12 +37,15 @@ class OutputForwarder {
     common::Fd fd;
     std::string partial;  // bytes after the last newline
     std::FILE* file = nullptr;  // in output_dir, or null
+    bool prefixed = false;
   };
+  std::FILE* fileOf(int rank, bool is_stderr);  // in output_dir, opened on first use
   void emit(Stream& s, std::string_view line);
   void readFrom(Stream& s);
 
   std::string output_dir_;
   std::vector<std::unique_ptr<Stream>> streams_;
+  std::map<std::pair<int, bool>, std::FILE*> agent_files_;  // by rank and stderr-ness
 };
 
 }  // namespace hora::launcher

@@ -45,31 +45,42 @@ std::set<std::string> interfaceAddresses() {
   return out;
 }
 
-// Runs on the remote host under `sh -c`: $1 is the working directory, then VAR=value words up
-// to "--", then the command. setsid gives the command its own process group, which the stdin
-// watcher stops when the launcher's end of the connection goes away. (A background job of a
-// non-interactive shell reads /dev/null unless redirected: the watcher gets stdin as fd 3.)
-constexpr const char* kRemoteWrapper = R"SH(
-cd "$1" 2>/dev/null || { echo "horarun: cannot enter directory $1 on host $(hostname)" >&2; exit 127; }
-shift
-IFS= read -r HORA_SECRET || { echo "horarun: no job secret on stdin" >&2; exit 126; }
-export HORA_SECRET
-while [ "$1" != "--" ]; do export "$1"; shift; done
-shift
-command -v "$1" >/dev/null 2>&1 || { echo "horarun: command not found on host $HORA_HOSTNAME: $1" >&2; exit 127; }
-exec 3<&0
-setsid "$@" </dev/null 3<&- &
-child=$!
-{ while read -r _; do :; done; kill -TERM -$child 2>/dev/null; sleep 2; kill -KILL -$child 2>/dev/null; } <&3 &
-watcher=$!
-exec 3<&-
-wait $child
-code=$?
-kill $watcher 2>/dev/null
-exit $code
+// Runs on the remote host under `sh -c`: $1 is the working directory, $2 this host's name as
+// horarun knows it, $3 the path of horarun.
+constexpr const char* kAgentWrapper = R"SH(
+cd "$1" 2>/dev/null || { echo "horarun: cannot enter directory $1 on host $2" >&2; exit 127; }
+[ -x "$3" ] || { echo "horarun: $3 is not on host $2 (every host needs hora installed at the same path)" >&2; exit 127; }
+exec "$3" --host-agent
 )SH";
 
+std::vector<std::string> sshBase(const std::string& host, const SshOptions& options) {
+  std::vector<std::string> argv = {"ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+                                    "-o", "LogLevel=ERROR", "-o",
+                                    "ConnectTimeout=" + std::to_string(options.connect_timeout.count())};
+  if (options.port > 0) {
+    argv.push_back("-p");
+    argv.push_back(std::to_string(options.port));
+  }
+  if (!options.identity_file.empty()) {
+    argv.push_back("-i");
+    argv.push_back(options.identity_file);
+  }
+  argv.push_back(host);
+  return argv;
+}
+
 }  // namespace
+
+std::vector<std::string> sshHostAgentArgv(const std::string& host, const SshOptions& options, const std::string& cwd,
+                                          const std::string& horarun) {
+  std::vector<std::string> argv = sshBase(host, options);
+  // ssh joins its arguments with spaces into one remote shell command line: quote every word.
+  std::string remote = "sh -c ";
+  remote.append(shellQuote(kAgentWrapper)).append(" hora-agent ").append(shellQuote(cwd));
+  remote.append(" ").append(shellQuote(host)).append(" ").append(shellQuote(horarun));
+  argv.push_back(remote);
+  return argv;
+}
 
 bool isLocalHost(const std::string& host) {
   if (host == "localhost") return true;
@@ -107,32 +118,6 @@ std::string shellQuote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return out + "'";
-}
-
-std::vector<std::string> sshArgv(const std::string& host, const SshOptions& options, const std::string& cwd,
-                                 const std::map<std::string, std::string>& env,
-                                 const std::vector<std::string>& command) {
-  std::vector<std::string> argv = {"ssh", "-T", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
-                                    "-o", "LogLevel=ERROR", "-o",
-                                    "ConnectTimeout=" + std::to_string(options.connect_timeout.count())};
-  if (options.port > 0) {
-    argv.push_back("-p");
-    argv.push_back(std::to_string(options.port));
-  }
-  if (!options.identity_file.empty()) {
-    argv.push_back("-i");
-    argv.push_back(options.identity_file);
-  }
-  argv.push_back(host);
-  // ssh joins its arguments with spaces into one remote shell command line: quote every word.
-  // (Built with append: GCC 12 warns falsely on "literal" + std::string&&.)
-  std::string remote = "sh -c ";
-  remote.append(shellQuote(kRemoteWrapper)).append(" hora-worker ").append(shellQuote(cwd));
-  for (const auto& [k, v] : env) remote.append(" ").append(shellQuote(k + "=" + v));
-  remote += " --";
-  for (const auto& c : command) remote.append(" ").append(shellQuote(c));
-  argv.push_back(remote);
-  return argv;
 }
 
 }  // namespace hora::launcher

@@ -1,5 +1,5 @@
 // Remote hosts: telling local hosts from remote ones, the address remote hosts reach us at, and
-// the ssh command line that starts a worker on a remote host.
+// the ssh command line that starts horarun's host agent on a remote host.
 #pragma once
 
 #include <chrono>
@@ -23,14 +23,12 @@ struct SshOptions {
   std::chrono::seconds connect_timeout{30};
 };
 
-// argv that runs `command` on `host` through ssh, in directory `cwd`, with `env` exported. The
-// job secret is not in it: the remote side reads one line from stdin into HORA_SECRET, then
-// keeps watching stdin, and stops the command's process group (TERM, KILL after 2 s) when stdin
-// closes, which happens when ssh or horarun dies: no worker outlives its launcher. A command
-// that is not found there exits 127 with a message naming the host.
-std::vector<std::string> sshArgv(const std::string& host, const SshOptions& options, const std::string& cwd,
-                                 const std::map<std::string, std::string>& env,
-                                 const std::vector<std::string>& command);
+// argv that starts horarun's host agent (host_agent.h) on `host` through ssh, in directory
+// `cwd`: `horarun` is the path of this horarun, which the remote host must have too (as it has
+// the command's). Everything else, the job secret included, goes to the agent's stdin. A missing
+// directory or horarun exits 127 with a message naming the host.
+std::vector<std::string> sshHostAgentArgv(const std::string& host, const SshOptions& options, const std::string& cwd,
+                                          const std::string& horarun);
 
 // The text to quote one argument for a POSIX shell.
 std::string shellQuote(const std::string& s);

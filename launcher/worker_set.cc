@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -21,8 +22,11 @@ volatile std::sig_atomic_t pending_signal = 0;
 
 void onSignal(int sig) { pending_signal = sig; }
 
-std::string describeStatus(int rank, const std::string& host, int status) {
-  const std::string who = "rank " + std::to_string(rank) + " on host " + host;
+std::string describeStatus(int rank, const std::vector<int>& agent_ranks, const std::string& host, int status) {
+  std::string who = "rank " + std::to_string(rank) + " on host " + host;
+  if (!agent_ranks.empty())
+    who = "the host agent of host " + host + " (ranks " + std::to_string(agent_ranks.front()) + "-" +
+          std::to_string(agent_ranks.back()) + ")";
   if (WIFEXITED(status)) return who + " exited with code " + std::to_string(WEXITSTATUS(status));
   const int sig = WTERMSIG(status);
   return who + " was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
@@ -65,7 +69,7 @@ void WorkerSet::start(const WorkerSpec& spec) {
   int in[2] = {-1, -1};
   if (!spec.stdin_data.empty() && ::pipe2(in, O_CLOEXEC) != 0)
     throw std::runtime_error(std::string("pipe failed: ") + std::strerror(errno));
-  auto [out, err] = output_.addWorker(spec.rank);
+  auto [out, err] = output_.addWorker(spec.rank, !spec.agent_ranks.empty());
   const pid_t parent = ::getpid();
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error(std::string("fork failed: ") + std::strerror(errno));
@@ -91,15 +95,21 @@ void WorkerSet::start(const WorkerSpec& spec) {
   ::setpgid(pid, pid);  // also from the parent, so there is no race with signalAll
   if (in[0] >= 0) {
     ::close(in[0]);
-    // Small (a secret and a newline): fits the pipe's buffer, so this never blocks.
-    [[maybe_unused]] auto n = ::write(in[1], spec.stdin_data.data(), spec.stdin_data.size());
+    // Written whole before anything runs: the pipe is made large enough (a host agent's plan,
+    // every rank's environment, is tens of KiB), so this never blocks.
+    if (spec.stdin_data.size() > 65536) ::fcntl(in[1], F_SETPIPE_SZ, static_cast<int>(spec.stdin_data.size()));
+    const ssize_t n = ::write(in[1], spec.stdin_data.data(), spec.stdin_data.size());
+    if (n != static_cast<ssize_t>(spec.stdin_data.size()))
+      throw std::runtime_error("rank " + std::to_string(spec.rank) + " on host " + spec.host + ": cannot pass its " +
+                               std::to_string(spec.stdin_data.size()) + " bytes of start-up data (pipe too small)");
   }
-  running_[pid] = {spec.rank, spec.host, in[1]};
+  running_[pid] = {spec.rank, spec.host, in[1], spec.agent_ranks};
 }
 
 bool WorkerSet::isRunning(int rank) const {
   for (const auto& [pid, w] : running_)
-    if (w.rank == rank) return true;
+    if (w.rank == rank || std::find(w.agent_ranks.begin(), w.agent_ranks.end(), rank) != w.agent_ranks.end())
+      return true;
   return false;
 }
 
@@ -179,6 +189,7 @@ JobResult WorkerSet::wait(const std::function<std::string()>& check) {
     if (it == running_.end()) continue;
     const int rank = it->second.rank;
     const std::string host = it->second.host;
+    const std::vector<int> agent_ranks = it->second.agent_ranks;
     forget(pid);
     ::kill(-pid, SIGKILL);  // leftovers of a finished worker's process group
     // After a forwarded signal the workers' own exit codes are its echo (ssh exits 255 on
@@ -187,7 +198,8 @@ JobResult WorkerSet::wait(const std::function<std::string()>& check) {
     if (failed && result.failed_rank < 0 && !interrupted) {
       result.failed_rank = rank;
       result.exit_code = exitCodeOf(status);
-      result.reason = describeStatus(rank, host, status);
+      result.reason = describeStatus(rank, agent_ranks, host, status);
+      if (!agent_ranks.empty()) result.failed_host = host;
       stopAll();
     }
   }

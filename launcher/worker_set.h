@@ -29,11 +29,15 @@ struct WorkerSpec {
   // Written to the worker's stdin, which then stays open until the worker ends (an ssh worker
   // reads the job secret from it and stops when it closes). Empty: stdin is horarun's.
   std::string stdin_data;
+  // Non-empty: this process is a host agent (host_agent.h) running these ranks (`rank` is the
+  // first); their output arrives already prefixed, and isRunning(r) holds while it runs.
+  std::vector<int> agent_ranks;
 };
 
 struct JobResult {
   int exit_code = 0;   // 0, the failed worker's exit code, or 128 + its signal
-  int failed_rank = -1;
+  int failed_rank = -1;  // a host agent's first rank when the agent failed
+  std::string failed_host;  // set when a host agent failed: its report has the failed rank
   std::string reason;  // "rank 2 on host a exited with code 3", "rank 1 on host a was killed by signal 9 (Killed)"
 };
 
@@ -60,6 +64,7 @@ class WorkerSet {
     int rank;
     std::string host;
     int stdin_fd = -1;  // our end of its stdin pipe, or -1
+    std::vector<int> agent_ranks;
   };
   void forget(pid_t pid);
 
