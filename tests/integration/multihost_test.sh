@@ -147,23 +147,78 @@ run -np 2 --start-timeout 2 -H "$h1:1,$h2:1" sh -c '[ "$HORA_RANK" = 1 ] && exec
 check "a remote rank that never reaches the rendezvous is named with its host (code $code)" $?
 no_leftovers "sleep 4545"; check "nothing is left after a start timeout" $?
 
-# OpenMPI's mpirun across the hosts (no horarun): the ranks find rank 0's store themselves.
+# mpirun across the hosts, no horarun and no HORA_* variable set: the ranks learn rank 0's store
+# and the job secret through the launcher's key-value service (PMIx for OpenMPI, PMI-1 over
+# PMI_FD for MPICH's Hydra). (Only the test hosts' ssh key is given, as to any ssh.)
+python=$(cd "$here/../.." && pwd)/.venv/bin/python
+init_py='import os, hora.torch as h; h.init(); os.write(1, f"RANK {h.rank()} {h.size()} {h.local_rank()} {h.local_size()} {h.cross_size()}\n".encode())'
+init_ok() {  # 8 ranks, 4 per host, each saw the whole job
+  [ "$1" = 0 ] && [ "$(grep -o "RANK [0-9] 8 [0-3] 4 2" "$tmp/out" | sort -u | wc -l)" = 8 ]
+}
 if command -v mpirun.openmpi >/dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   on_host 1 timeout 120 mpirun.openmpi -np 4 -H "$h1:2,$h2:2" --mca plm_rsh_args "-i $SSH_KEY" \
-    --mca btl_tcp_if_include "$HOSTS_SUBNET.0/24" --mca oob_tcp_if_include "$HOSTS_SUBNET.0/24" \
-    -x HORA_RENDEZVOUS_ADDR="$h1" "$bench" allreduce -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
+    "$bench" allreduce -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
   code=$?
-  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out"; check "OpenMPI mpirun across hosts, no horarun: allreduce checks clean (code $code)" $?
+  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && ! grep -q "HORA_SECRET is not set" "$tmp/out"
+  check "OpenMPI mpirun across hosts, nothing set: allreduce checks clean, secret through PMIx (code $code)" $?
+  if [ -x "$python" ]; then
+    on_host 1 timeout 180 mpirun.openmpi -np 8 -H "$h1:4,$h2:4" --mca plm_rsh_args "-i $SSH_KEY" \
+      "$python" -c "$init_py" >"$tmp/out" 2>&1
+    init_ok $?; code=$?
+    check "OpenMPI: mpirun -np 8 -H h1:4,h2:4 python -c 'h.init()' with nothing set" $code
+    [ "$code" = 0 ] || tail -n 20 "$tmp/out"
+  fi
   run --mpi -np 4 -H "$h1:3,$h2:1" --network-interface eth0 "$bench" alltoall -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
   code=$?
-  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out"; check "horarun --mpi across uneven hosts: alltoall checks clean (code $code)" $?
+  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out"; check "horarun --mpi (OpenMPI, -i) across uneven hosts: alltoall checks clean (code $code)" $?
 fi
+if command -v mpirun.mpich >/dev/null; then
+  printf '#!/bin/sh\nexec ssh -i %s -o StrictHostKeyChecking=no -o BatchMode=yes "$@"\n' "$SSH_KEY" >"$tmp/hydra_ssh"
+  chmod +x "$tmp/hydra_ssh"
+  on_host 1 timeout 120 mpirun.mpich -np 4 -hosts "$h1:2,$h2:2" -launcher ssh -launcher-exec "$tmp/hydra_ssh" \
+    "$bench" allreduce -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
+  code=$?
+  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && ! grep -q "HORA_SECRET is not set" "$tmp/out"
+  check "MPICH mpirun across hosts, nothing set: allreduce checks clean, secret over PMI-1 (code $code)" $?
+  if [ -x "$python" ]; then
+    on_host 1 timeout 180 mpirun.mpich -np 8 -hosts "$h1:4,$h2:4" -launcher ssh -launcher-exec "$tmp/hydra_ssh" \
+      "$python" -c "$init_py" >"$tmp/out" 2>&1
+    init_ok $?; code=$?
+    check "MPICH: mpirun -np 8 -hosts h1:4,h2:4 python -c 'h.init()' with nothing set" $code
+    [ "$code" = 0 ] || tail -n 20 "$tmp/out"
+  fi
+  # horarun --mpi with Hydra: its ssh options (-i here) reach Hydra's ssh through a script that
+  # is gone when the job ends.
+  # (A script, not a link: Hydra finds its proxy beside the mpiexec it was started as.)
+  mkdir -p "$tmp/mpich-bin" && printf '#!/bin/sh\nexec mpirun.mpich "$@"\n' >"$tmp/mpich-bin/mpirun"
+  chmod +x "$tmp/mpich-bin/mpirun"
+  ls -d /tmp/horarun-ssh.* 2>/dev/null | sort >"$tmp/scripts-before"
+  on_host 1 env PATH="$tmp/mpich-bin:$PATH" "$horarun" -i "$SSH_KEY" --mpi -np 4 -H "$h1:2,$h2:2" \
+    "$bench" allgather -b 4 -e 2M -f 32 -c 1 >"$tmp/out" 2>&1
+  code=$?
+  [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && \
+    [ "$(ls -d /tmp/horarun-ssh.* 2>/dev/null | sort)" = "$(cat "$tmp/scripts-before")" ]
+  check "horarun --mpi (MPICH, -i) across hosts: allgather checks clean, its ssh script removed (code $code)" $?
+fi
+# One ssh per remote host, whatever its number of ranks: horarun's host agent forks them there.
+run -np 4 -H "$h1:1,$h2:3" sh -c 'exec sleep 4646' >"$tmp/out" 2>&1 &
+runner=$!
+for _ in $(seq 1 50); do [ "$(pgrep -f "sleep 4646" | wc -l)" -ge 4 ] && break; sleep 0.1; done
+sshs=$(pgrep -f "^ssh .*--host-agent" | wc -l)
+agents=$(pgrep -f "horarun --host-agent" | wc -l)
+pkill -TERM -f "horarun -i $SSH_KEY -np 4 -H $h1:1,$h2:3 sh -c exec sleep 4646"
+wait "$runner" 2>/dev/null
+[ "$sshs" = 1 ] && [ "$agents" = 1 ]; check "3 ranks on a remote host cost one ssh and one host agent ($sshs, $agents)" $?
+no_leftovers "sleep 4646"; check "SIGTERM ends the agent's ranks too" $?
+run -np 4 -H "$h1:2,$h2:2" --output-filename "$tmp/logs" sh -c 'echo "out $HORA_RANK"; echo "err $HORA_RANK" >&2' >"$tmp/out" 2>&1
+[ "$(cat "$tmp/logs/rank.3/stdout")" = "out 3" ] && [ "$(cat "$tmp/logs/rank.2/stderr")" = "err 2" ] && \
+  grep -q '^\[3\]<stdout>:out 3$' "$tmp/out"
+check "--output-filename: remote ranks' output reaches DIR/rank.N through their host agent, prefixed on the terminal" $?
 run -np 2 -H "$h1:1,$h3:1" hostname >"$tmp/out" 2>&1
 grep -q '^\[1\]<stdout>:hora-h3$' "$tmp/out"; check "a remote rank runs on its host (hostname hora-h3)" $?
 
 # hora.run across hosts: a function pickled here runs on both hosts, results in rank order.
-python=$(cd "$here/../.." && pwd)/.venv/bin/python
 if [ -x "$python" ]; then
   on_host 1 env HORA_HORARUN="$horarun" "$python" -c "
 import os, hora
