@@ -24,9 +24,9 @@ void onSignal(int sig) { pending_signal = sig; }
 
 std::string describeStatus(int rank, const std::vector<int>& agent_ranks, const std::string& host, int status) {
   std::string who = "rank " + std::to_string(rank) + " on host " + host;
-  if (!agent_ranks.empty())
-    who = "the host agent of host " + host + " (ranks " + std::to_string(agent_ranks.front()) + "-" +
-          std::to_string(agent_ranks.back()) + ")";
+  if (agent_ranks.size() > 1)
+    who = "ranks " + std::to_string(agent_ranks.front()) + "-" + std::to_string(agent_ranks.back()) + " on host " + host;
+  if (!agent_ranks.empty()) who += " (their ssh and host agent)";
   if (WIFEXITED(status)) return who + " exited with code " + std::to_string(WEXITSTATUS(status));
   const int sig = WTERMSIG(status);
   return who + " was killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
