@@ -16,6 +16,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2 procps
   # multi-host tests: hosts are network namespaces, each with its own sshd; MPICH for mpirun tests
   openssh-server openssh-client mpich libmpich-dev
+  # mpirun jobs of OpenMPI find rank 0 through PMIx (its headers); a real Slurm in the tests
+  libpmix-dev slurm-wlm munge
   # python side and the comparison benchmarks (OpenMPI, torch.distributed with gloo)
   python3 python3-venv python3-pip python3-setuptools python3-numpy python3-matplotlib python3-torch
   python3-cloudpickle python3-pytest python3-dev pybind11-dev python3-tqdm
