@@ -78,6 +78,77 @@ std::vector<HostSlots> parseHostfile(const std::string& text, const std::string&
   return hosts;
 }
 
+namespace {
+
+// "a[1-3,7]b" -> a1b a2b a3b a7b, zero padding kept ("[01-03]" -> 01 02 03).
+std::vector<std::string> expandBrackets(const std::string& item) {
+  const auto open = item.find('[');
+  if (open == std::string::npos) return {item};
+  const auto close = item.find(']', open);
+  if (close == std::string::npos) throw InvalidArgumentError("SLURM_JOB_NODELIST: unclosed '[' in '" + item + "'");
+  const std::string head = item.substr(0, open);
+  std::vector<std::string> out;
+  for (const auto& tail : expandBrackets(item.substr(close + 1))) {
+    std::stringstream ranges(item.substr(open + 1, close - open - 1));
+    for (std::string range; std::getline(ranges, range, ',');) {
+      const auto dash = range.find('-');
+      const std::string first = range.substr(0, dash);
+      const std::string last = dash == std::string::npos ? first : range.substr(dash + 1);
+      const auto number = [&](const std::string& t) {
+        if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos)
+          throw InvalidArgumentError("SLURM_JOB_NODELIST: '" + item + "' is not a Slurm host list");
+        return std::stoi(t);
+      };
+      const int from = number(first), to = number(last);
+      for (int n = from; n <= to; ++n) {
+        std::string digits = std::to_string(n);
+        if (digits.size() < first.size()) digits.insert(0, first.size() - digits.size(), '0');
+        out.push_back(head + digits + tail);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<HostSlots> slurmAllocationHosts(const std::string& nodelist, const std::string& tasks) {
+  std::vector<std::string> hosts;
+  // Split at the commas outside brackets.
+  int depth = 0;
+  std::string item;
+  for (char c : nodelist + ",") {
+    if (c == ',' && depth == 0) {
+      if (!item.empty())
+        for (auto& h : expandBrackets(item)) hosts.push_back(std::move(h));
+      item.clear();
+      continue;
+    }
+    depth += c == '[' ? 1 : c == ']' ? -1 : 0;
+    item += c;
+  }
+  if (depth != 0) throw InvalidArgumentError("SLURM_JOB_NODELIST: unclosed '[' in '" + nodelist + "'");
+  std::vector<int> slots;
+  std::stringstream counts(tasks);
+  for (std::string count; std::getline(counts, count, ',');) {
+    // "2(x3)": 2, three times.
+    const auto x = count.find("(x");
+    const int n = parseSlots(count.substr(0, x), "SLURM_TASKS_PER_NODE");
+    const int times = x == std::string::npos ? 1 : parseSlots(count.substr(x + 2, count.size() - x - 3), "SLURM_TASKS_PER_NODE");
+    slots.insert(slots.end(), static_cast<size_t>(times), n);
+  }
+  if (hosts.empty() || slots.size() != hosts.size())
+    throw InvalidArgumentError("SLURM_JOB_NODELIST='" + nodelist + "' names " + std::to_string(hosts.size()) +
+                               " host(s) but SLURM_TASKS_PER_NODE='" + tasks + "' gives slots for " +
+                               std::to_string(slots.size()));
+  std::vector<HostSlots> out;
+  for (size_t i = 0; i < hosts.size(); ++i) {
+    checkHostName(hosts[i], "SLURM_JOB_NODELIST");
+    out.push_back({hosts[i], slots[i]});
+  }
+  return out;
+}
+
 std::vector<Placement> placeRanks(const std::vector<HostSlots>& hosts, int np) {
   std::set<std::string> seen;
   int slots = 0;

@@ -17,6 +17,11 @@ std::vector<HostSlots> parseHostList(const std::string& spec);
 // comment. `origin` names the file in errors ("hosts.txt line 3: ...").
 std::vector<HostSlots> parseHostfile(const std::string& text, const std::string& origin);
 
+// A Slurm allocation's hosts and task slots: `nodelist` as SLURM_JOB_NODELIST gives it
+// ("node[01-03,07],gpu7", "10.0.0.[1-2]") and `tasks` as SLURM_TASKS_PER_NODE ("2(x3),1": two
+// tasks on each of three hosts, then one). Throws InvalidArgumentError naming the variable.
+std::vector<HostSlots> slurmAllocationHosts(const std::string& nodelist, const std::string& tasks);
+
 struct Placement {
   std::string host;
   int rank = 0, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;

@@ -65,6 +65,10 @@ struct JobPlan {
 JobPlan planJob(const JobFlags& f) {
   JobPlan plan;
   plan.hosts = {{localHostname(), f.np}};
+  // Inside a Slurm allocation (salloc, sbatch) and given no hosts: the allocation's.
+  const auto env = hora::common::Env::fromProcess();
+  if (env.isSet("SLURM_JOB_NODELIST") && env.isSet("SLURM_TASKS_PER_NODE"))
+    plan.hosts = slurmAllocationHosts(env.getString("SLURM_JOB_NODELIST"), env.getString("SLURM_TASKS_PER_NODE"));
   if (!f.hosts.empty()) plan.hosts = parseHostList(f.hosts);
   if (!f.hostfile.empty()) plan.hosts = parseHostfile(readFile(f.hostfile), f.hostfile);
   plan.placements = placeRanks(plan.hosts, f.np);

@@ -58,6 +58,11 @@ constexpr KnobSpec kKnobs[] = {
     {"SLURM_STEP_NUM_NODES", "", G::kForeignLauncher, "", "Number of hosts of the Slurm step."},
     {"SLURM_STEP_NODELIST", "", G::kForeignLauncher, "",
      "Hosts of the Slurm step; the store runs in rank 0 on the first one."},
+    {"SLURM_JOB_NODELIST", "", G::kForeignLauncher, "",
+     "Hosts of the Slurm allocation: horarun run inside one (salloc, sbatch) without -H or --hostfile "
+     "starts its ranks there."},
+    {"SLURM_TASKS_PER_NODE", "", G::kForeignLauncher, "",
+     "Tasks of the Slurm allocation per host (\"2(x3),1\"): horarun's slots on the hosts of SLURM_JOB_NODELIST."},
     {"HORA_SPIN_MICROSECONDS", "", G::kTuning, "50",
      "How long a waiting rank may retry, yielding the CPU between tries, before it sleeps in "
      "poll(): lower latency for small messages. It spins only while no compute thread of its "

@@ -18,6 +18,7 @@
 #include "expect_error.h"
 #include "hora/errors.h"
 #include "launcher/host_plan.h"
+#include "launcher/hosts.h"
 
 namespace hora {
 namespace {
@@ -222,6 +223,27 @@ TEST(HostPlan, RefusesGarbage) {
   testing::expectInvalid([&] { launcher::decodeHostPlan(good + "x"); }, "trailing");
   testing::expectInvalid([&] { launcher::decodeHostPlan("abc:def"); }, "malformed");
   testing::expectInvalid([&] { launcher::decodeHostPlan("5:2:ab,"); }, "host plan");
+}
+
+}  // namespace
+}  // namespace hora
+
+namespace hora {
+namespace {
+
+TEST(SlurmAllocation, HostsAndSlotsAsSlurmWritesThem) {
+  const auto hosts = launcher::slurmAllocationHosts("node[01-03,07],gpu7,10.0.0.[1-2]", "2(x3),1,4,3(x2)");
+  std::vector<std::string> names;
+  std::vector<int> slots;
+  for (const auto& h : hosts) {
+    names.push_back(h.host);
+    slots.push_back(h.slots);
+  }
+  EXPECT_EQ(names, (std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu7", "10.0.0.1", "10.0.0.2"}));
+  EXPECT_EQ(slots, (std::vector<int>{2, 2, 2, 1, 4, 3, 3}));
+  testing::expectInvalid([] { launcher::slurmAllocationHosts("a[1-2]", "1"); }, "gives slots for 1");
+  testing::expectInvalid([] { launcher::slurmAllocationHosts("a[1-x]", "1"); }, "not a Slurm host list");
+  testing::expectInvalid([] { launcher::slurmAllocationHosts("a[1-2", "1"); }, "unclosed");
 }
 
 }  // namespace

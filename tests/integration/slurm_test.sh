@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A real Slurm cluster on one machine: munged, slurmctld and one slurmd per host, the hosts being
 # network namespaces (netns_hosts.sh) with their own addresses and hostnames. srun and sbatch
-# start hora jobs across 2 hosts x 2 ranks; every collective checks clean; a rank killed under
-# srun ends the step with errors naming it.
+# start hora jobs across 2 hosts x 2 ranks; every collective checks clean; horarun inside an
+# allocation uses its hosts; a rank killed under srun ends the step with errors naming it.
 # usage: slurm_test.sh HORARUN HORA_BENCH     (exit 77: skipped, with the reason)
 set -uo pipefail
 horarun=$(realpath "$1") bench=$(realpath "$2")
@@ -123,6 +123,16 @@ on_host 1 timeout 120 sbatch --wait "$tmp/job.sh" >"$tmp/out" 2>&1
 code=$?
 [ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/batch.out"
 check "sbatch --wait of a script that sruns an allreduce on 2 hosts: clean (code $code)" $?
+
+# horarun inside an allocation, given no hosts: the allocation's (SLURM_JOB_NODELIST with
+# SLURM_TASKS_PER_NODE), reached over ssh as horarun reaches any host.
+on_host 1 timeout 120 salloc -N 2 -n 4 "$horarun" -i "$SSH_KEY" -np 4 sh -c 'echo "$HORA_RANK $HORA_HOSTNAME"' \
+  >"$tmp/out" 2>&1
+[ "$(grep '<stdout>:' "$tmp/out" | sed 's/^\[[0-9]\]<stdout>://' | sort | tr '\n' ';')" = "0 $h1;1 $h1;2 $h2;3 $h2;" ]
+check "horarun in a salloc allocation places its ranks on the allocation's hosts" $?
+on_host 1 timeout 120 salloc -N 2 -n 4 "$horarun" -i "$SSH_KEY" -np 4 "$bench" allreduce -b 4 -e 1M -f 32 -c 1 \
+  >"$tmp/out" 2>&1
+clean $?; check "horarun in a salloc allocation: allreduce across its 2 hosts checks clean" $?
 
 # Rank 3 is SIGKILLed in the middle of a stream of allreduces: the step ends, srun names the
 # task, and the surviving ranks' errors name rank 3.
