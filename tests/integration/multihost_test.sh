@@ -211,6 +211,16 @@ pkill -TERM -f "horarun -i $SSH_KEY -np 4 -H $h1:1,$h2:3 sh -c exec sleep 4646"
 wait "$runner" 2>/dev/null
 [ "$sshs" = 1 ] && [ "$agents" = 1 ]; check "3 ranks on a remote host cost one ssh and one host agent ($sshs, $agents)" $?
 no_leftovers "sleep 4646"; check "SIGTERM ends the agent's ranks too" $?
+# The host agent's plan carries every rank's environment on stdin: large (3 x 60 KB here, more
+# than a pipe holds by default) and odd values arrive intact.
+big=$(head -c 60000 /dev/zero | tr '\0' 'x')
+odd="a b
+c 'q' \"d\" \$HOME é"
+run -np 4 -H "$h1:1,$h2:3" -x BIG="$big" -x ODD="$odd" sh -c 'echo "$HORA_RANK ${#BIG} $(printf %s "$ODD" | md5sum)"' \
+  >"$tmp/out" 2>&1
+want=$(printf %s "$odd" | md5sum)
+[ "$(grep -c "<stdout>:[0-3] 60000 $want" "$tmp/out")" = 4 ]
+check "a 180 KB host plan with quotes, newlines and unicode in values reaches every remote rank intact" $?
 run -np 4 -H "$h1:2,$h2:2" --output-filename "$tmp/logs" sh -c 'echo "out $HORA_RANK"; echo "err $HORA_RANK" >&2' >"$tmp/out" 2>&1
 [ "$(cat "$tmp/logs/rank.3/stdout")" = "out 3" ] && [ "$(cat "$tmp/logs/rank.2/stderr")" = "err 2" ] && \
   grep -q '^\[3\]<stdout>:out 3$' "$tmp/out"
