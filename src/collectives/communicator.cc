@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "bootstrap/connect.h"
+#include "bootstrap/knob_agreement.h"
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
 #include "collectives/flight_recorder.h"
@@ -160,7 +161,12 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   common::applyLogLevel(env);
   const Identity identity = common::identityFrom(env);
   const RendezvousOptions job = common::rendezvousOptionsFrom(env, identity.size);
-  return create(identity, bootstrap::nextCommunicator(job, identity.rank), options);
+  // A communicator made from the environment checks that every rank's environment agrees on the
+  // job-wide knobs (Note [knob agreement]); one made from options (create) was given them.
+  const std::string job_knobs = bootstrap::jobKnobs(env);
+  return std::unique_ptr<Communicator>(new Communicator(std::make_unique<detail::CommunicatorImpl>(
+      bootstrap::connect(identity, bootstrap::nextCommunicator(job, identity.rank), options, {}, &job_knobs),
+      options)));
 }
 
 std::unique_ptr<Communicator> Communicator::create(const Identity& identity,
