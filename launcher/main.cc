@@ -26,11 +26,14 @@
 #include "common/socket.h"
 #include "hora/errors.h"
 #include "launcher/flags.h"
+#include "launcher/forwarded_env.h"
 #include "launcher/hosts.h"
 #include "launcher/remote.h"
 #include "launcher/worker_set.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_server.h"
+
+extern char** environ;
 
 namespace {
 
@@ -65,6 +68,8 @@ JobPlan planJob(const JobFlags& f) {
   plan.hosts = {{localHostname(), f.np}};
   if (!f.hosts.empty()) plan.hosts = parseHostList(f.hosts);
   if (!f.hostfile.empty()) plan.hosts = parseHostfile(readFile(f.hostfile), f.hostfile);
+  for (auto& h : plan.hosts)
+    if (!h.slots_given && f.slots_per_host > 0) h.slots = f.slots_per_host;
   plan.placements = placeRanks(plan.hosts, f.np);
   for (const auto& p : plan.placements) {
     if (plan.local.count(p.host)) continue;
@@ -105,8 +110,13 @@ std::vector<std::string> mpirunArgv(const JobFlags& f, const JobPlan& plan, bool
     if (openmpi) argv.insert(argv.end(), {"-x", k});
   }
   const bool hosts_given = !f.hosts.empty() || !f.hostfile.empty();
+  // --binding-args replaces horarun's binding (both MPIs), --mpi-args adds to it, as horovodrun.
+  const std::vector<std::string> binding = splitWords(f.binding_args, "--binding-args");
+  const std::vector<std::string> extra = splitWords(f.mpi_args, "--mpi-args");
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), binding.begin(), binding.end());
   if (openmpi) {
-    argv.insert(argv.end(), {"--bind-to", "none", "--map-by", "slot"});
+    if (binding.empty()) argv.insert(argv.end(), {"--bind-to", "none", "--map-by", "slot"});
     if (hosts_given) argv.insert(argv.end(), {"-H", host_list});
     std::string rsh;
     if (f.ssh.port > 0) rsh += "-p " + std::to_string(f.ssh.port);
@@ -146,6 +156,19 @@ int execMpirun(const JobFlags& f, const JobPlan& plan, Env env) {
   return 127;
 }
 
+// Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages), with room for the remote shell's own.
+constexpr size_t kMaxRemoteCommand = 120 * 1024;
+
+std::string tooLongRemoteCommand(const Placement& p, const Env& env) {
+  std::string biggest;
+  size_t size = 0;
+  for (const auto& [k, v] : env)
+    if (v.size() > size) size = v.size(), biggest = k;
+  return "rank " + std::to_string(p.rank) + " on host " + p.host + ": the environment to forward over ssh exceeds " +
+         std::to_string(kMaxRemoteCommand / 1024) + " KiB, the most one remote command can carry (largest: " + biggest +
+         ", " + std::to_string(size) + " bytes); unset what the ranks do not need";
+}
+
 // What starts rank p: its HORA_* identity and the store's address beside `env`; the secret in
 // its environment (local) or on its stdin (ssh).
 WorkerSpec workerSpec(const JobFlags& f, const JobPlan& plan, const Placement& p, Env env, int store_port,
@@ -170,10 +193,15 @@ WorkerSpec workerSpec(const JobFlags& f, const JobPlan& plan, const Placement& p
     spec.argv = f.command;
     spec.env = std::move(env);
   } else {
+    // horovodrun's behaviour: the remote rank sees this shell's environment (PATH, a virtualenv,
+    // PYTHONPATH, ...) beneath horarun's own variables.
+    for (auto& [k, v] : forwardedEnvironment(environ)) env.emplace(k, v);
     SshOptions ssh = f.ssh;
     ssh.connect_timeout = std::chrono::seconds(static_cast<int64_t>(f.start_timeout));
     spec.argv = sshArgv(p.host, ssh, std::filesystem::current_path().string(), env, f.command);
     spec.stdin_data = secret + "\n";
+    // The remote shell gets the command as one argument, which Linux caps (MAX_ARG_STRLEN).
+    if (spec.argv.back().size() > kMaxRemoteCommand) throw hora::InvalidArgumentError(tooLongRemoteCommand(p, env));
   }
   return spec;
 }
@@ -226,7 +254,8 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
     std::cerr << "horarun: rendezvous store on " << plan.store_host << ":" << store.port() << ", starting " << f.np
               << " ranks on " << plan.local.size() << " host(s): " << f.command[0] << "\n";
   installForwardingSignalHandlers();
-  WorkerSet workers(std::chrono::milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir);
+  WorkerSet workers(std::chrono::milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir,
+                    f.timestamp_output);
   StartWatch watch(f, plan, workers, store.port(), secret);
   for (const auto& p : plan.placements) {
     if (f.verbose)
@@ -245,7 +274,13 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
 int run(const JobFlags& f) {
   try {
     const JobPlan plan = planJob(f);
-    if (f.mpi) return execMpirun(f, plan, workerEnvironment(f));
+    if (f.mpi) {
+      // mpirun forwards only what it is told (OpenMPI's -x, MPICH's -genvlist): tell it everything
+      // horarun would forward itself.
+      Env env = workerEnvironment(f);
+      for (auto& [k, v] : forwardedEnvironment(environ)) env.emplace(k, v);
+      return execMpirun(f, plan, env);
+    }
     return launch(f, plan, workerEnvironment(f));
   } catch (const hora::InvalidArgumentError& e) {
     std::cerr << "horarun: " << e.what() << "\n";
