@@ -57,18 +57,11 @@ constexpr FixedFlag kRefused[] = {
      "jsrun is IBM's launcher for LSF clusters; horarun starts ranks itself, with --mpi, or under srun"},
 };
 
-// The launcher's own flags (the knob flags are KnobFlagValues').
-void defineJobFlags(CLI::App& app, JobFlags& f) {
+// The launcher's own flags (the knob flags are KnobFlagValues'), in two parts so that --help
+// lists the groups in horovodrun's order: general and ssh flags, then the knob flags' groups
+// (tuneable, timeline, stall check, library, logging), then hosts and controller.
+void defineGeneralFlags(CLI::App& app, JobFlags& f) {
   app.add_option("-n,--num-proc", f.np, "Number of ranks to start (-np works too)");
-  auto* hosts = app.add_option("-H,--hosts", f.hosts, "Hosts and their slots: host:slots,host:slots,...")->group(kHosts);
-  app.add_option("--hostfile", f.hostfile, "File of hosts, one per line: 'host slots=N' or 'host:N' (-hostfile works too)")
-      ->excludes(hosts)
-      ->group(kHosts);
-  app.add_option("--slots-per-host", f.slots_per_host, "Slots of every host given without a count (default 1)")
-      ->check(CLI::Range(1, 1 << 20))
-      ->group(kHosts);
-  app.add_option("-p,--ssh-port", f.ssh.port, "ssh port of the remote hosts")->check(CLI::Range(1, 65535))->group(kSsh);
-  app.add_option("-i,--ssh-identity-file", f.ssh.identity_file, "ssh private key for the remote hosts")->group(kSsh);
   app.add_option("--start-timeout", f.start_timeout,
                  "Seconds for every rank to start and reach the rendezvous store")
       ->check(CLI::Range(1.0, 86400.0));
@@ -82,9 +75,21 @@ void defineJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--output-filename", f.output_dir,
                  "Also write each rank's output to DIR/rank.<N>/stdout and DIR/rank.<N>/stderr");
   app.add_flag("--verbose", f.verbose, "Print what horarun does");
+  app.add_option("-p,--ssh-port", f.ssh.port, "ssh port of the remote hosts")->check(CLI::Range(1, 65535))->group(kSsh);
+  app.add_option("-i,--ssh-identity-file", f.ssh.identity_file, "ssh private key for the remote hosts")->group(kSsh);
+}
+
+void defineLaunchFlags(CLI::App& app, JobFlags& f) {
   app.add_flag("--prefix-output-with-timestamp", f.timestamp_output,
                "Prefix every forwarded line with the time (-prefix-timestamp works too)")
       ->group(kLogging);
+  auto* hosts = app.add_option("-H,--hosts", f.hosts, "Hosts and their slots: host:slots,host:slots,...")->group(kHosts);
+  app.add_option("--hostfile", f.hostfile, "File of hosts, one per line: 'host slots=N' or 'host:N' (-hostfile works too)")
+      ->excludes(hosts)
+      ->group(kHosts);
+  app.add_option("--slots-per-host", f.slots_per_host, "Slots of every host given without a count (default 1)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(kHosts);
   auto* mpi = app.add_flag("--mpi", f.mpi, "Start the ranks with mpirun (OpenMPI or MPICH) instead of horarun's own launcher")
                   ->group(kController);
   app.add_option("--mpi-args", f.mpi_args, "More arguments for mpirun, as one string (with --mpi)")
@@ -237,16 +242,18 @@ CommandLine parseArgs(std::vector<std::string> args, const std::vector<std::stri
              "Environment variables read by every rank:\n" + common::knobsMarkdown());
   CommandLine c;
   KnobFlagValues knob_flags;
-  defineJobFlags(app, c.job);
-  knob_flags.define(app);
   bool knobs_markdown = false, check_build = false;
   std::string config_file;
+  app.set_version_flag("-v,--version", std::string("horarun (hora) ") + kVersion);
   app.add_flag("--check-build", check_build, "Print what this build of hora has and exit (-cb works too)");
   app.add_flag("--knobs-markdown", knobs_markdown, "Print the table of HORA_* variables (docs/knobs.md) and exit");
   app.add_option("--config-file", config_file,
                  "horovodrun's YAML file of parameters (params, timeline, stall_check, library_options, "
                  "logging, controller); flags on the command line win")
       ->check(CLI::ExistingFile);
+  defineGeneralFlags(app, c.job);
+  knob_flags.define(app);
+  defineLaunchFlags(app, c.job);
   for (const auto& f : kNoEffect) {
     if (f.takes_value) continue;
     app.add_flag(f.flag)->description(f.text)->group(f.group);
@@ -257,7 +264,6 @@ CommandLine parseArgs(std::vector<std::string> args, const std::vector<std::stri
     refused.push_back(o->description(std::string("Refused: ") + f.text)->group(f.group));
   }
   app.get_option("--gloo")->excludes("--mpi");
-  app.set_version_flag("-v,--version", std::string("horarun (hora) ") + kVersion);
   app.prefix_command();  // the first positional and everything after it is the command
   const std::vector<std::string> given = args;  // app.parse consumes its vector
   try {

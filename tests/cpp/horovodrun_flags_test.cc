@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "launcher/flags.h"
+#include "launcher/forwarded_env.h"
 
 namespace hora::testing {
 namespace {
@@ -282,6 +283,46 @@ TEST(HorovodrunFlags, ConfigFileSetsHorovodrunsParametersAndTheCommandLineWins) 
   EXPECT_NE(refusal("params: [1, 2\n").find("--config-file"), std::string::npos);
   EXPECT_NE(refusal("library_options:\n  num_nccl_streams: 2\n").find("--num-nccl-streams cannot apply"),
             std::string::npos);
+}
+
+TEST(HorovodrunFlags, HelpListsTheGroupsInHorovodrunsOrder) {
+  std::string args[] = {"horarun", "--help"};
+  char* argv[] = {args[0].data(), args[1].data()};
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(launcher::parseCommandLine(2, argv).exit_code, 0);
+  const std::string help = ::testing::internal::GetCapturedStdout();
+  size_t at = 0;
+  for (const char* group : {"SSH arguments:", "tuneable parameter arguments:", "timeline arguments:",
+                            "stall check arguments:", "library arguments:", "logging arguments:", "host arguments:",
+                            "controller arguments:"}) {
+    const size_t next = help.find(std::string("\n") + group, at);
+    ASSERT_NE(next, std::string::npos) << group << " missing or out of horovodrun's order:\n" << help;
+    at = next;
+  }
+  EXPECT_EQ(help.find("--stall-check "), std::string::npos) << "horovodrun hides --stall-check";
+}
+
+// Which variables of horarun's environment reach remote ranks (forwarded_env.h).
+TEST(ForwardedEnvironment, EverythingButHostSpecificShellAndPerRankVariables) {
+  for (auto name : {"PATH", "VIRTUAL_ENV", "PYTHONPATH", "LD_LIBRARY_PATH", "HORA_HIERARCHICAL_ALLREDUCE",
+                    "HOROVOD_FUSION_THRESHOLD", "OMP_NUM_THREADS", "LANG", "TERM", "lower_case"})
+    EXPECT_EQ(launcher::notForwarded(name), "") << name;
+  for (auto name : {"HOSTNAME", "HOME", "USER", "SSH_AUTH_SOCK", "SSH_CONNECTION", "DISPLAY", "XDG_RUNTIME_DIR"})
+    EXPECT_EQ(launcher::notForwarded(name), "specific to this host or login") << name;
+  for (auto name : {"PWD", "OLDPWD", "SHLVL", "_", "BASH_FUNC_module%%"})
+    EXPECT_NE(launcher::notForwarded(name), "") << name;
+  for (auto name : {"HORA_SECRET", "HORA_RANK", "HOROVOD_RANK", "HORA_RENDEZVOUS_ADDR", "HOROVOD_SECRET_KEY"})
+    EXPECT_EQ(launcher::notForwarded(name), "set by horarun for each rank") << name;
+  EXPECT_EQ(launcher::notForwarded("CUDA_VISIBLE_DEVICES"), "chosen per host");
+  EXPECT_EQ(launcher::notForwarded("1BAD"), "not a name a shell can export");
+  EXPECT_EQ(launcher::notForwarded("A-B"), "not a name a shell can export");
+
+  std::string entries[] = {"PATH=/venv/bin:/usr/bin", "HORA_SECRET=s3cret", "HOME=/root", "ODD=a=b\nc ü",
+                           "NOEQUALS"};
+  char* environ[] = {entries[0].data(), entries[1].data(), entries[2].data(), entries[3].data(), entries[4].data(),
+                     nullptr};
+  EXPECT_EQ(launcher::forwardedEnvironment(environ),
+            (std::map<std::string, std::string>{{"PATH", "/venv/bin:/usr/bin"}, {"ODD", "a=b\nc ü"}}));
 }
 
 }  // namespace
