@@ -83,15 +83,18 @@ void defineLaunchFlags(CLI::App& app, JobFlags& f) {
   app.add_flag("--prefix-output-with-timestamp", f.timestamp_output,
                "Prefix every forwarded line with the time (-prefix-timestamp works too)")
       ->group(kLogging);
-  auto* hosts = app.add_option("-H,--hosts", f.hosts, "Hosts and their slots: host:slots,host:slots,...")->group(kHosts);
-  app.add_option("--hostfile", f.hostfile, "File of hosts, one per line: 'host slots=N' or 'host:N' (-hostfile works too)")
+  auto* hosts =
+      app.add_option("-H,--hosts", f.hosts, "Hosts and their slots: host:slots,host:slots,...")->group(kHosts);
+  app.add_option("--hostfile", f.hostfile,
+                 "File of hosts, one per line: 'host slots=N' or 'host:N' (-hostfile works too)")
       ->excludes(hosts)
       ->group(kHosts);
   app.add_option("--slots-per-host", f.slots_per_host, "Slots of every host given without a count (default 1)")
       ->check(CLI::Range(1, 1 << 20))
       ->group(kHosts);
-  auto* mpi = app.add_flag("--mpi", f.mpi, "Start the ranks with mpirun (OpenMPI or MPICH) instead of horarun's own launcher")
-                  ->group(kController);
+  auto* mpi =
+      app.add_flag("--mpi", f.mpi, "Start the ranks with mpirun (OpenMPI or MPICH) instead of horarun's own launcher")
+          ->group(kController);
   app.add_option("--mpi-args", f.mpi_args, "More arguments for mpirun, as one string (with --mpi)")
       ->needs(mpi)
       ->group(kLibrary);

@@ -292,13 +292,15 @@ int run(const JobFlags& f) {
 }
 
 void printBuild() {
+  const auto mark = [](bool built) { return built ? "[x]" : "[ ]"; };
   std::cout << "hora " << kVersion << "\n"
-            << "  transports:   [x] tcp  [x] shared memory (between ranks on one host)\n"
+            << "  transports:   [x] tcp  [x] shared memory (between ranks on one host), chosen per pair\n"
+            << "  collectives:  [x] flat  [x] hierarchical across hosts  [ ] NCCL, GPUs (CPU only)\n"
             << "  MPI:          [ ] not linked; ranks started by mpirun or srun find each other through the\n"
             << "                    rendezvous store (see README, \"Without horarun\")\n"
-            << "  frontends:    [x] C++ (hora::hora)  [x] C ABI (hora/c_api.h); PyTorch (hora.torch) and\n"
-            << "                    libtorch (hora::torch) where this build found torch\n"
-            << "  launcher:     [x] local  [x] ssh\n";
+            << "  frontends:    [x] C++ (hora::hora)  [x] C ABI (hora/c_api.h)  " << mark(HORA_WITH_PYTHON)
+            << " PyTorch (hora.torch)  " << mark(HORA_WITH_TORCH) << " libtorch (hora::torch)\n"
+            << "  launcher:     [x] local  [x] ssh  [x] mpirun (--mpi)\n";
 }
 
 void printKnobsMarkdown() {

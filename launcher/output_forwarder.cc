@@ -97,8 +97,11 @@ void OutputForwarder::readFrom(Stream& s) {
       while ((end = s.partial.find_first_of("\r\n", start)) != std::string::npos) {
         const char terminator = s.partial[end];
         // An empty piece before a "\r" (tqdm starts every redraw with one) shows nothing.
-        if (!(terminator == '\r' && end == start)) emit(s, std::string_view(s.partial).substr(start, end - start), terminator);
-        else if (s.file) std::fputc('\r', s.file);
+        if (terminator == '\r' && end == start) {
+          if (s.file) std::fputc('\r', s.file);
+        } else {
+          emit(s, std::string_view(s.partial).substr(start, end - start), terminator);
+        }
         s.after_cr = terminator == '\r';
         start = end + 1;
       }

@@ -197,6 +197,9 @@ sleep 0.5
 ! pgrep -f "sleep 30" >/dev/null; check "no worker is left after a start timeout" $?
 
 "$horarun" --check-build | grep -q "tcp.*\[x\] shared memory"; check "--check-build lists the transports" $?
+"$horarun" --check-build | grep -qE "\[[x ]\] PyTorch \(hora.torch\) +\[[x ]\] libtorch" &&
+  "$horarun" -cb | grep -q "mpirun (--mpi)"
+check "--check-build (-cb) says which frontends this build has and that --mpi is there" $?
 "$horarun" -np 1 --timeline-filename /tmp/x.json --cycle-time-ms 2 --fusion-threshold-mb 1 --cache-capacity 8 --no-stall-check --log-level error \
   sh -c 'echo "$HORA_TIMELINE $HORA_CYCLE_TIME $HORA_FUSION_THRESHOLD $HORA_CACHE_CAPACITY $HORA_STALL_CHECK_TIME_SECONDS $HORA_LOG_LEVEL"' >"$tmp/out" 2>&1
 grep -q "/tmp/x.json 2.000000 1048576 8 0 error" "$tmp/out"; check "knob flags set their HORA_* variables" $?
