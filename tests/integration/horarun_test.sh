@@ -55,6 +55,17 @@ for out_dir in "" "$tmp/cr"; do
     check "--output-filename keeps the carriage returns as written" $?
   fi
 done
+# A real tqdm bar (the demo's) in a Python rank: every redraw is a piece of its own, prefixed.
+python=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python
+if [ -x "$python" ] && "$python" -c 'import tqdm' 2>/dev/null; then
+  "$horarun" -np 2 "$python" -c 'import time
+from tqdm import tqdm
+for _ in tqdm(range(5), mininterval=0, ascii=True): time.sleep(0.05)' >"$tmp/out" 2>&1
+  code=$?
+  bars=$(tr '\r' '\n' <"$tmp/out" | grep -cE '^\[[01]\]<stderr>: *[0-9]+%\|[# ]*\| [0-5]/5')
+  [ "$code" = 0 ] && [ "$bars" -ge 12 ]
+  check "a tqdm bar's redraws arrive one by one, each with its rank's prefix ($bars pieces, code $code)" $?
+fi
 "$horarun" -np 1 --prefix-output-with-timestamp sh -c 'echo stamped' >"$tmp/out" 2>&1
 grep -qE '^[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}\[0\]<stdout>:stamped$' "$tmp/out"
 check "--prefix-output-with-timestamp puts horovodrun's time before the prefix" $?
