@@ -257,10 +257,15 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
   WorkerSet workers(std::chrono::milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir,
                     f.timestamp_output);
   StartWatch watch(f, plan, workers, store.port(), secret);
-  for (const auto& p : plan.placements) {
+  // Every rank's spec first: one that cannot start (a remote command too long) fails the job
+  // before any rank runs.
+  std::vector<WorkerSpec> specs;
+  for (const auto& p : plan.placements) specs.push_back(workerSpec(f, plan, p, env, store.port(), secret));
+  for (const auto& spec : specs) {
     if (f.verbose)
-      std::cerr << "horarun: rank " << p.rank << " on " << p.host << (plan.local.at(p.host) ? "" : " (ssh)") << "\n";
-    workers.start(workerSpec(f, plan, p, env, store.port(), secret));
+      std::cerr << "horarun: rank " << spec.rank << " on " << spec.host << (plan.local.at(spec.host) ? "" : " (ssh)")
+                << "\n";
+    workers.start(spec);
   }
   const auto result = workers.wait(std::ref(watch));
   if (result.exit_code != 0) {

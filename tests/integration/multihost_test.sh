@@ -57,6 +57,12 @@ on_host 1 env HORA_ODD_VALUE="$odd" SSH_HORA_PROBE=1 DISPLAY=:42 "$horarun" -i "
   'printf "%s|%s|%s" "$HORA_ODD_VALUE" "${SSH_HORA_PROBE-unset}" "${DISPLAY-unset}" >"'"$tmp"'/env.$HORA_RANK"' >"$tmp/out" 2>&1
 [ "$(cat "$tmp/env.1")" = "$odd|unset|unset" ] && [ "$(cat "$tmp/env.0")" = "$odd|1|:42" ]
 check "a remote rank gets the launcher's variables intact over ssh, but not SSH_* or DISPLAY" $?
+on_host 1 env HORA_BIG_VALUE="$(head -c 130000 /dev/zero | tr '\0' x)" "$horarun" -i "$SSH_KEY" -np 2 \
+  -H "$h1:1,$h2:1" sh -c 'echo started-$HORA_RANK' >"$tmp/out" 2>&1
+code=$?
+[ "$code" = 2 ] && grep -q "rank 1 on host $h2: the environment to forward over ssh exceeds 120 KiB.*largest: HORA_BIG_VALUE" "$tmp/out" &&
+  ! grep -q "started-" "$tmp/out"
+check "an environment too big for one ssh command is refused before any rank starts, naming the variable (code $code)" $?
 start_ms=$(date +%s%3N)
 run -np 4 -H "$h1:2,$h2:2" sh -c '[ "$HORA_CROSS_RANK" = 1 ] && export HORA_HIERARCHICAL_ALLREDUCE=0
   exec '"$bench"' allreduce -b 4 -e 4 -n 1 -w 0' >"$tmp/out" 2>&1
