@@ -53,10 +53,12 @@ code=$?
 check "HORA_HIERARCHICAL_ALLREDUCE=0 before horarun: every rank runs flat, correct (code $code)" $?
 odd="a b  'c' \"d\" \$e \\f \`g\`;
 second line ünï 漢字 *"
-on_host 1 env HORA_ODD_VALUE="$odd" SSH_HORA_PROBE=1 DISPLAY=:42 "$horarun" -i "$SSH_KEY" -np 2 -H "$h1:1,$h2:1" sh -c \
-  'printf "%s|%s|%s" "$HORA_ODD_VALUE" "${SSH_HORA_PROBE-unset}" "${DISPLAY-unset}" >"'"$tmp"'/env.$HORA_RANK"' >"$tmp/out" 2>&1
-[ "$(cat "$tmp/env.1")" = "$odd|unset|unset" ] && [ "$(cat "$tmp/env.0")" = "$odd|1|:42" ]
-check "a remote rank gets the launcher's variables intact over ssh, but not SSH_* or DISPLAY" $?
+on_host 1 env HORA_ODD_VALUE="$odd" SSH_HORA_PROBE=1 DISPLAY=:42 HORA_X_PROBE=launcher "$horarun" -i "$SSH_KEY" -np 2 \
+  -H "$h1:1,$h2:1" -x HORA_X_PROBE="by -x" sh -c \
+  'printf "%s|%s|%s|%s" "$HORA_ODD_VALUE" "${SSH_HORA_PROBE-unset}" "${DISPLAY-unset}" "$HORA_X_PROBE" \
+     >"'"$tmp"'/env.$HORA_RANK"' >"$tmp/out" 2>&1
+[ "$(cat "$tmp/env.1")" = "$odd|unset|unset|by -x" ] && [ "$(cat "$tmp/env.0")" = "$odd|1|:42|by -x" ]
+check "a remote rank gets the launcher's variables intact over ssh, -x winning, but not SSH_* or DISPLAY" $?
 on_host 1 env HORA_BIG_VALUE="$(head -c 130000 /dev/zero | tr '\0' x)" "$horarun" -i "$SSH_KEY" -np 2 \
   -H "$h1:1,$h2:1" sh -c 'echo started-$HORA_RANK' >"$tmp/out" 2>&1
 code=$?
