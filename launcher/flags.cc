@@ -1,7 +1,10 @@
 #include "launcher/flags.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <CLI/CLI.hpp>
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <iostream>
 #include <set>
@@ -13,18 +16,58 @@
 namespace hora::launcher {
 namespace {
 
-// The launcher's own flags (the knob flags are KnobFlagValues').
-void defineJobFlags(CLI::App& app, JobFlags& f) {
+// Note [horovodrun's flags]: horarun takes every flag of horovodrun (Horovod 0.28.1,
+// horovod/runner/launch.py), in horovodrun's groups, except the elastic and autotune ones
+// (their own issues). Each is one of: a flag of horarun's own below; a knob flag (knob_flags.h);
+// accepted with no effect because hora already behaves as the flag asks (kNoEffect); or refused,
+// saying why it cannot apply (kRefused). tests/cpp/horovodrun_flags_test.cc holds horovodrun's
+// list and checks each against this parser.
+constexpr const char* kSsh = "SSH arguments";
+constexpr const char* kTuneable = "tuneable parameter arguments";
+constexpr const char* kStallCheck = "stall check arguments";
+constexpr const char* kLibrary = "library arguments";
+constexpr const char* kLogging = "logging arguments";
+constexpr const char* kHosts = "host arguments";
+constexpr const char* kController = "controller arguments";
+
+struct FixedFlag {
+  const char* flag;
+  bool takes_value;
+  const char* group;  // "" hides it from --help, as horovodrun hides it
+  const char* text;   // kNoEffect: the help; kRefused: why it cannot apply
+};
+
+constexpr FixedFlag kNoEffect[] = {
+    {"--disable-cache", false, "Options",
+     "Accepted; no effect: horarun keeps no cache of host checks, every run checks afresh"},
+    {"--no-torus-allreduce", false, kTuneable, "Accepted; no effect: hora has no torus allreduce to disable"},
+    {"--stall-check", false, "", "The stall check is on by default"},
+    {"--mpi-threads-disable", false, kLibrary,
+     "Accepted; no effect: hora calls no MPI, so it never asks MPI for threads"},
+    {"--no-mpi-threads-disable", false, "", "Accepted; no effect: hora calls no MPI"},
+    {"--gloo", false, kController,
+     "Run with horarun's own launcher and store (the default; what horovodrun's Gloo mode does)"},
+};
+
+constexpr FixedFlag kRefused[] = {
+    {"--torus-allreduce", false, kTuneable,
+     "NCCL's 2D torus allreduce needs NCCL and GPUs; hora runs CPU collectives with no NCCL"},
+    {"--num-nccl-streams", true, kLibrary, "hora has no NCCL, hence no NCCL streams (CPU collectives only)"},
+    {"--jsrun", false, kController,
+     "jsrun is IBM's launcher for LSF clusters; horarun starts ranks itself, with --mpi, or under srun"},
+};
+
+// The launcher's own flags (the knob flags are KnobFlagValues'), in two parts so that --help
+// lists the groups in horovodrun's order: general and ssh flags, then the knob flags' groups
+// (tuneable, timeline, stall check, library, logging), then hosts and controller.
+void defineGeneralFlags(CLI::App& app, JobFlags& f) {
   app.add_option("-n,--num-proc", f.np, "Number of ranks to start (-np works too)");
-  auto* hosts = app.add_option("-H,--hosts", f.hosts, "Hosts and their slots: host:slots,host:slots,...");
-  app.add_option("--hostfile", f.hostfile, "File of hosts, one per line: 'host slots=N' or 'host:N'")
-      ->excludes(hosts);
-  app.add_option("-p,--ssh-port", f.ssh.port, "ssh port of the remote hosts")->check(CLI::Range(1, 65535));
-  app.add_option("-i,--ssh-identity-file", f.ssh.identity_file, "ssh private key for the remote hosts");
   app.add_option("--start-timeout", f.start_timeout,
                  "Seconds for every rank to start and reach the rendezvous store")
       ->check(CLI::Range(1.0, 86400.0));
-  app.add_option("-x,--export", f.exports, "Set VAR=value (or pass VAR through) for every rank; repeatable")
+  app.add_option("-x,--export", f.exports,
+                 "Set VAR=value (or pass VAR through) for every rank; repeatable. Every other variable of "
+                 "this environment reaches every rank too, but host-specific ones (README)")
       ->allow_extra_args(false);  // one value per -x: the command follows
   app.add_option("--grace-seconds", f.grace_seconds,
                  "After a rank fails, seconds between SIGTERM and SIGKILL for the others")
@@ -32,22 +75,51 @@ void defineJobFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--output-filename", f.output_dir,
                  "Also write each rank's output to DIR/rank.<N>/stdout and DIR/rank.<N>/stderr");
   app.add_flag("--verbose", f.verbose, "Print what horarun does");
-  app.add_flag("--mpi", f.mpi, "Start the ranks with mpirun (OpenMPI or MPICH) instead of horarun's own launcher");
+  app.add_option("-p,--ssh-port", f.ssh.port, "ssh port of the remote hosts")->check(CLI::Range(1, 65535))->group(kSsh);
+  app.add_option("-i,--ssh-identity-file", f.ssh.identity_file, "ssh private key for the remote hosts")->group(kSsh);
 }
 
-// Horovod spells the rank count "-np", which CLI11 cannot declare (one dash, two letters).
-// Rewrite it to --num-proc among horarun's own flags, never in the worker command, which starts
-// at the first word that is neither a flag nor a flag's value.
-std::vector<std::string> normalizeArgs(const CLI::App& app, int argc, char** argv) {
+void defineLaunchFlags(CLI::App& app, JobFlags& f) {
+  app.add_flag("--prefix-output-with-timestamp", f.timestamp_output,
+               "Prefix every forwarded line with the time (-prefix-timestamp works too)")
+      ->group(kLogging);
+  auto* hosts =
+      app.add_option("-H,--hosts", f.hosts, "Hosts and their slots: host:slots,host:slots,...")->group(kHosts);
+  app.add_option("--hostfile", f.hostfile,
+                 "File of hosts, one per line: 'host slots=N' or 'host:N' (-hostfile works too)")
+      ->excludes(hosts)
+      ->group(kHosts);
+  app.add_option("--slots-per-host", f.slots_per_host, "Slots of every host given without a count (default 1)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(kHosts);
+  auto* mpi =
+      app.add_flag("--mpi", f.mpi, "Start the ranks with mpirun (OpenMPI or MPICH) instead of horarun's own launcher")
+          ->group(kController);
+  app.add_option("--mpi-args", f.mpi_args, "More arguments for mpirun, as one string (with --mpi)")
+      ->needs(mpi)
+      ->group(kLibrary);
+  app.add_option("--binding-args", f.binding_args,
+                 "mpirun's process binding, replacing horarun's '--bind-to none --map-by slot' (with --mpi)")
+      ->needs(mpi)
+      ->group(kLibrary);
+}
+
+// horovodrun's single-dash long flags, which CLI11 cannot declare, rewritten among horarun's own
+// flags, never in the worker command, which starts at the first word that is neither a flag nor
+// a flag's value.
+std::vector<std::string> normalizeArgs(const CLI::App& app, std::vector<std::string> args) {
+  static const std::pair<const char*, const char*> kSingleDash[] = {
+      {"-np", "--num-proc"}, {"-cb", "--check-build"}, {"-hostfile", "--hostfile"},
+      {"-prefix-timestamp", "--prefix-output-with-timestamp"}};
   std::set<std::string> takes_value;
   for (const CLI::Option* o : app.get_options()) {
     if (o->get_items_expected_min() == 0) continue;
     for (const auto& n : o->get_lnames()) takes_value.insert("--" + n);
     for (const auto& n : o->get_snames()) takes_value.insert("-" + n);
   }
-  std::vector<std::string> args(argv, argv + argc);
   for (size_t i = 1; i < args.size(); ++i) {
-    if (args[i] == "-np") args[i] = "--num-proc";
+    for (const auto& [from, to] : kSingleDash)
+      if (args[i] == from) args[i] = to;
     if (args[i].empty() || args[i][0] != '-') break;
     if (args[i].find('=') == std::string::npos && takes_value.count(args[i])) ++i;
   }
@@ -76,29 +148,148 @@ CommandLine refuse(const std::string& why) {
   return exitWith(2);
 }
 
-}  // namespace
+// One key of horovodrun's config file: its section and name, and the flag it stands for. A
+// boolean key gives `flag` when true and `flag_if_false` when false; a flag given on the command
+// line (either of a pair) wins over the file.
+struct ConfigKey {
+  const char* section;
+  const char* key;
+  const char* flag;
+  const char* flag_if_false;  // nullptr: the key takes a value for `flag`
+};
 
-CommandLine parseCommandLine(int argc, char** argv) {
+constexpr ConfigKey kConfigKeys[] = {
+    {"params", "fusion_threshold_mb", "--fusion-threshold-mb", nullptr},
+    {"params", "cycle_time_ms", "--cycle-time-ms", nullptr},
+    {"params", "cache_capacity", "--cache-capacity", nullptr},
+    {"params", "hierarchical_allreduce", "--hierarchical-allreduce", "--no-hierarchical-allreduce"},
+    {"params", "hierarchical_allgather", "--hierarchical-allgather", "--no-hierarchical-allgather"},
+    {"params", "torus_allreduce", "--torus-allreduce", "--no-torus-allreduce"},
+    {"autotune", "enabled", "--autotune", "--no-autotune"},
+    {"autotune", "log_file", "--autotune-log-file", nullptr},
+    {"autotune", "warmup_samples", "--autotune-warmup-samples", nullptr},
+    {"autotune", "steps_per_sample", "--autotune-steps-per-sample", nullptr},
+    {"autotune", "bayes_opt_max_samples", "--autotune-bayes-opt-max-samples", nullptr},
+    {"autotune", "gaussian_process_noise", "--autotune-gaussian-process-noise", nullptr},
+    {"timeline", "filename", "--timeline-filename", nullptr},
+    {"timeline", "mark_cycles", "--timeline-mark-cycles", "--no-timeline-mark-cycles"},
+    {"stall_check", "enabled", "--stall-check", "--no-stall-check"},
+    {"stall_check", "warning_time_seconds", "--stall-check-warning-time-seconds", nullptr},
+    {"stall_check", "shutdown_time_seconds", "--stall-check-shutdown-time-seconds", nullptr},
+    {"library_options", "mpi_threads_disable", "--mpi-threads-disable", "--no-mpi-threads-disable"},
+    {"library_options", "num_nccl_streams", "--num-nccl-streams", nullptr},
+    {"library_options", "thread_affinity", "--thread-affinity", nullptr},
+    {"library_options", "gloo_timeout_seconds", "--gloo-timeout-seconds", nullptr},
+    {"logging", "level", "--log-level", nullptr},
+    {"logging", "with_timestamp", "--log-with-timestamp", "--log-without-timestamp"},
+};
+
+bool givenOnCommandLine(const CLI::App& app, const char* flag) {
+  const CLI::Option* o = flag ? app.get_option_no_throw(flag) : nullptr;
+  return o && o->count() > 0;
+}
+
+// The flags horovodrun's YAML config file stands for, less those the command line gives.
+// InvalidArgumentError naming the file and the key it cannot take.
+std::vector<std::string> configFileArgs(const CLI::App& app, const std::string& path) {
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw InvalidArgumentError("--config-file " + path + ": " + e.what());
+  }
+  const auto bad = [&](const std::string& why) { throw InvalidArgumentError("--config-file " + path + ": " + why); };
+  if (root.IsNull()) return {};
+  if (!root.IsMap()) bad("expected a mapping of sections (params, timeline, ...)");
+  std::vector<std::string> args;
+  for (const auto& section : root) {
+    const std::string name = section.first.as<std::string>();
+    if (name == "controller") {
+      const std::string c = section.second.as<std::string>();
+      std::string lower(c.size(), ' ');
+      std::transform(c.begin(), c.end(), lower.begin(), [](unsigned char ch) { return std::tolower(ch); });
+      if (lower != "gloo" && lower != "mpi") bad("controller '" + c + "': expected gloo or mpi");
+      if (!givenOnCommandLine(app, "--gloo") && !givenOnCommandLine(app, "--mpi")) args.push_back("--" + lower);
+      continue;
+    }
+    if (!section.second.IsMap()) bad("section '" + name + "' is not a mapping");
+    for (const auto& entry : section.second) {
+      const std::string key = entry.first.as<std::string>();
+      const ConfigKey* k = nullptr;
+      for (const auto& c : kConfigKeys)
+        if (name == c.section && key == c.key) k = &c;
+      if (!k) bad("unknown key '" + name + "." + key + "' (horovodrun's keys: params, timeline, stall_check, ...)");
+      if (givenOnCommandLine(app, k->flag) || givenOnCommandLine(app, k->flag_if_false)) continue;
+      const char* flag = k->flag;
+      std::string value;
+      try {
+        if (k->flag_if_false && !entry.second.as<bool>()) flag = k->flag_if_false;
+        if (!k->flag_if_false) value = entry.second.as<std::string>();
+      } catch (const YAML::Exception&) {
+        bad("'" + name + "." + key + "' must be " + (k->flag_if_false ? "true or false" : "a value"));
+      }
+      if (!app.get_option_no_throw(flag))
+        bad("'" + name + "." + key + "' stands for " + flag + ", which this horarun does not have");
+      args.push_back(flag);
+      if (!k->flag_if_false) args.push_back(value);
+    }
+  }
+  return args;
+}
+
+// `args` without the program name; `config_args` go first, so that a flag of the file counts
+// like one given before the command line's.
+CommandLine parseArgs(std::vector<std::string> args, const std::vector<std::string>& config_args) {
   CLI::App app{"horarun: run a hora job of N ranks on this host or on several (over ssh).\n"};
   app.footer("Every tuning knob below can be set for every rank with --knob NAME=VALUE (docs/knobs.md).\n"
              "Environment variables read by every rank:\n" + common::knobsMarkdown());
   CommandLine c;
   KnobFlagValues knob_flags;
-  defineJobFlags(app, c.job);
-  knob_flags.define(app);
   bool knobs_markdown = false, check_build = false;
-  app.add_flag("--check-build", check_build, "Print what this build of hora has and exit");
+  std::string config_file;
+  app.set_version_flag("-v,--version", std::string("horarun (hora) ") + kVersion);
+  app.add_flag("--check-build", check_build, "Print what this build of hora has and exit (-cb works too)");
   app.add_flag("--knobs-markdown", knobs_markdown, "Print the table of HORA_* variables (docs/knobs.md) and exit");
-  app.set_version_flag("--version", std::string("horarun (hora) ") + kVersion);
+  app.add_option("--config-file", config_file,
+                 "horovodrun's YAML file of parameters (params, timeline, stall_check, library_options, "
+                 "logging, controller); flags on the command line win")
+      ->check(CLI::ExistingFile);
+  defineGeneralFlags(app, c.job);
+  knob_flags.define(app);
+  defineLaunchFlags(app, c.job);
+  for (const auto& f : kNoEffect) {
+    if (f.takes_value) continue;
+    app.add_flag(f.flag)->description(f.text)->group(f.group);
+  }
+  std::vector<CLI::Option*> refused;
+  for (const auto& f : kRefused) {
+    CLI::Option* o = f.takes_value ? app.add_option(f.flag) : app.add_flag(f.flag);
+    refused.push_back(o->description(std::string("Refused: ") + f.text)->group(f.group));
+  }
+  app.get_option("--gloo")->excludes("--mpi");
   app.prefix_command();  // the first positional and everything after it is the command
+  const std::vector<std::string> given = args;  // app.parse consumes its vector
   try {
-    auto args = normalizeArgs(app, argc, argv);
+    args.insert(args.begin(), config_args.begin(), config_args.end());
+    args.insert(args.begin(), "horarun");
+    args = normalizeArgs(app, std::move(args));
     args.erase(args.begin());                // the program name
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments reversed
     app.parse(args);
   } catch (const CLI::ParseError& e) {
-    return exitWith(app.exit(e));
+    // --help and --version end with 0; every refusal with 2, as horarun's own (README).
+    return exitWith(app.exit(e) == 0 ? 0 : 2);
   }
+  if (config_args.empty() && !config_file.empty()) {
+    try {
+      const std::vector<std::string> from_file = configFileArgs(app, config_file);
+      if (!from_file.empty()) return parseArgs(given, from_file);
+    } catch (const InvalidArgumentError& e) {
+      return refuse(e.what());
+    }
+  }
+  for (size_t i = 0; i < refused.size(); ++i)
+    if (refused[i]->count() > 0) return refuse(std::string(kRefused[i].flag) + " cannot apply: " + kRefused[i].text);
   if (check_build) c.action = CommandLine::Action::kCheckBuild;
   if (knobs_markdown) c.action = CommandLine::Action::kPrintKnobs;
   if (knobs_markdown || check_build) return c;
@@ -106,11 +297,50 @@ CommandLine parseCommandLine(int argc, char** argv) {
   if (const std::string why = refusal(c.job); !why.empty()) return refuse(why);
   try {
     c.job.knobs = knob_flags.knobs();
+    splitWords(c.job.mpi_args, "--mpi-args");
+    splitWords(c.job.binding_args, "--binding-args");
   } catch (const InvalidArgumentError& e) {
     return refuse(e.what());
   }
   if (auto it = c.job.knobs.find("HORA_IFACE"); it != c.job.knobs.end()) c.job.network_interface = it->second;
   return c;
+}
+
+}  // namespace
+
+CommandLine parseCommandLine(int argc, char** argv) {
+  return parseArgs(std::vector<std::string>(argv + std::min(argc, 1), argv + argc), {});
+}
+
+std::vector<std::string> splitWords(const std::string& text, const std::string& flag) {
+  std::vector<std::string> words;
+  std::string word;
+  bool in_word = false;
+  char quote = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (quote) {
+      if (ch == quote) quote = 0;
+      else if (ch == '\\' && quote == '"' && i + 1 < text.size()) word += text[++i];
+      else word += ch;
+    } else if (ch == '\'' || ch == '"') {
+      quote = ch;
+      in_word = true;
+    } else if (ch == '\\' && i + 1 < text.size()) {
+      word += text[++i];
+      in_word = true;
+    } else if (std::isspace(static_cast<unsigned char>(ch))) {
+      if (in_word) words.push_back(word);
+      word.clear();
+      in_word = false;
+    } else {
+      word += ch;
+      in_word = true;
+    }
+  }
+  if (quote) throw InvalidArgumentError(flag + " '" + text + "': unclosed " + std::string(1, quote));
+  if (in_word) words.push_back(word);
+  return words;
 }
 
 std::map<std::string, std::string> workerEnvironment(const JobFlags& job) {
@@ -123,6 +353,9 @@ std::map<std::string, std::string> workerEnvironment(const JobFlags& job) {
       env[x.substr(0, eq)] = x.substr(eq + 1);
     }
   }
+  // As horovodrun does: a rank's Python prints reach horarun (and the terminal) as they happen,
+  // not when a pipe's buffer fills; a value the user chose stands.
+  if (!env.count("PYTHONUNBUFFERED") && !std::getenv("PYTHONUNBUFFERED")) env["PYTHONUNBUFFERED"] = "1";
   return env;
 }
 

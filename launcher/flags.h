@@ -26,6 +26,10 @@ struct JobFlags {
   std::map<std::string, std::string> knobs;  // HORA_* tuning knobs, from the knob flags
   bool verbose = false;
   bool mpi = false;
+  int slots_per_host = 0;         // slots of a host given without a count (0: one, as horovodrun)
+  bool timestamp_output = false;  // --prefix-output-with-timestamp
+  std::string mpi_args;           // --mpi-args: more arguments for mpirun (with --mpi)
+  std::string binding_args;       // --binding-args: mpirun's binding instead of horarun's (with --mpi)
   std::vector<std::string> command;  // the program and its arguments
 };
 
@@ -38,11 +42,18 @@ struct CommandLine {
 };
 
 // Parses horarun's arguments. A refused flag or value is reported on stderr, naming it, and
-// gives kExit with code 2 (or CLI11's code for what CLI11 itself refuses).
+// gives kExit with code 2 (or CLI11's code for what CLI11 itself refuses). Every flag of
+// horovodrun's (flags.cc, Note [horovodrun's flags]) is accepted with its meaning or refused
+// saying why it cannot apply; --config-file reads horovodrun's YAML, the command line winning.
 CommandLine parseCommandLine(int argc, char** argv);
 
+// "a 'b c' \"d\"" -> {a, b c, d}: the words of --mpi-args and --binding-args, as a shell splits
+// them (quotes, backslashes; no expansion). InvalidArgumentError on an unclosed quote.
+std::vector<std::string> splitWords(const std::string& text, const std::string& flag);
+
 // The variables every rank gets besides those horarun sets per rank: the knobs, then the -x
-// variables (which win over a knob of the same name).
+// variables (which win over a knob of the same name), and PYTHONUNBUFFERED=1 unless set. Remote
+// ranks also get forwardedEnvironment() (forwarded_env.h) beneath these.
 std::map<std::string, std::string> workerEnvironment(const JobFlags& job);
 
 }  // namespace hora::launcher

@@ -36,7 +36,10 @@ HostSlots parseEntry(const std::string& entry, const std::string& where) {
   HostSlots h;
   const auto colon = entry.rfind(':');
   h.host = entry.substr(0, colon);
-  if (colon != std::string::npos) h.slots = parseSlots(entry.substr(colon + 1), where);
+  if (colon != std::string::npos) {
+    h.slots = parseSlots(entry.substr(colon + 1), where);
+    h.slots_given = true;
+  }
   checkHostName(h.host, where);
   return h;
 }
@@ -69,7 +72,7 @@ std::vector<HostSlots> parseHostfile(const std::string& text, const std::string&
       hosts.push_back(parseEntry(first, where));
     } else if (rest.rfind("slots=", 0) == 0 && first.find(':') == std::string::npos) {
       checkHostName(first, where);
-      hosts.push_back({first, parseSlots(trim(rest.substr(6)), where)});
+      hosts.push_back({first, parseSlots(trim(rest.substr(6)), where), true});
     } else {
       throw InvalidArgumentError(where + ": expected 'host slots=N' or 'host:N', got '" + line + "'");
     }

@@ -9,6 +9,7 @@ namespace hora::launcher {
 struct HostSlots {
   std::string host;
   int slots = 1;
+  bool slots_given = false;  // false: "host" alone, whose slots --slots-per-host may set
 };
 
 // "a:4,b:4,c" (a host without ":N" has one slot). Throws InvalidArgumentError naming the bad entry.

@@ -4,6 +4,8 @@
 // Named flags (horovodrun's spellings: --cycle-time-ms, --fusion-threshold-mb, ...) are rows of
 // one table, knobFlags(): the flag, the knob it sets and how its value converts (MiB to bytes, a
 // switch to "1"). A test checks that every knob of the table is a tuning knob of the registry.
+// A knob may have several flags (--hierarchical-allreduce and --no-hierarchical-allreduce); two
+// of them given together are a knob set twice.
 // `--knob NAME=VALUE` (repeatable) reaches every other tuning knob: NAME is a HORA_* name or its
 // HOROVOD_* alias; a name the registry does not hold, or one that horarun or a foreign launcher
 // sets (HORA_RANK, HORA_SECRET, OMPI_COMM_WORLD_RANK, ...), is refused naming it. Every value is
@@ -28,6 +30,7 @@ enum class Conversion {
   kDecimal,    // a number in [min, max], written with six decimals: 2 -> 2.000000
   kMebibytes,  // a number of MiB in [min, max], written in bytes: 1 -> 1048576
   kSwitch,     // a flag without a value: sets the knob to `switch_value`
+  kInterfaces, // horovodrun's comma-separated list of interfaces, of which hora uses one
 };
 
 struct KnobFlag {
@@ -36,6 +39,7 @@ struct KnobFlag {
   Conversion conversion;
   const char* switch_value;  // kSwitch only
   double min, max;           // kInteger, kDecimal, kMebibytes: accepted values, in the flag's unit
+  const char* group;         // horovodrun's group of the flag in --help; "" hides it, as horovodrun does
   const char* help;          // without the knob's name, which is appended
 };
 

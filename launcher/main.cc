@@ -28,11 +28,14 @@
 #include "launcher/flags.h"
 #include "launcher/host_agent.h"
 #include "launcher/hydra_ssh.h"
+#include "launcher/forwarded_env.h"
 #include "launcher/hosts.h"
 #include "launcher/remote.h"
 #include "launcher/worker_set.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_server.h"
+
+extern char** environ;
 
 namespace {
 
@@ -71,6 +74,8 @@ JobPlan planJob(const JobFlags& f) {
     plan.hosts = slurmAllocationHosts(env.getString("SLURM_JOB_NODELIST"), env.getString("SLURM_TASKS_PER_NODE"));
   if (!f.hosts.empty()) plan.hosts = parseHostList(f.hosts);
   if (!f.hostfile.empty()) plan.hosts = parseHostfile(readFile(f.hostfile), f.hostfile);
+  for (auto& h : plan.hosts)
+    if (!h.slots_given && f.slots_per_host > 0) h.slots = f.slots_per_host;
   plan.placements = placeRanks(plan.hosts, f.np);
   for (const auto& p : plan.placements) {
     if (plan.local.count(p.host)) continue;
@@ -111,8 +116,13 @@ std::vector<std::string> mpirunArgv(const JobFlags& f, const JobPlan& plan, bool
     if (openmpi) argv.insert(argv.end(), {"-x", k});
   }
   const bool hosts_given = !f.hosts.empty() || !f.hostfile.empty();
+  // --binding-args replaces horarun's binding (both MPIs), --mpi-args adds to it, as horovodrun.
+  const std::vector<std::string> binding = splitWords(f.binding_args, "--binding-args");
+  const std::vector<std::string> extra = splitWords(f.mpi_args, "--mpi-args");
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.end(), binding.begin(), binding.end());
   if (openmpi) {
-    argv.insert(argv.end(), {"--bind-to", "none", "--map-by", "slot"});
+    if (binding.empty()) argv.insert(argv.end(), {"--bind-to", "none", "--map-by", "slot"});
     if (hosts_given) argv.insert(argv.end(), {"-H", host_list});
     std::string rsh;
     if (f.ssh.port > 0) rsh += "-p " + std::to_string(f.ssh.port);
@@ -197,6 +207,9 @@ std::vector<WorkerSpec> workerSpecs(const JobFlags& f, const JobPlan& plan, cons
       specs.push_back(std::move(spec));
       continue;
     }
+    // horovodrun's behaviour: a remote rank sees this shell's environment (PATH, a virtualenv,
+    // PYTHONPATH, ...) beneath horarun's own variables (Note [forwarded environment]).
+    for (auto& [k, v] : forwardedEnvironment(environ)) rank_env.emplace(k, v);
     auto [it, first] = remote.try_emplace(p.host);
     if (first) remote_order.push_back(p.host);
     it->second.host = p.host;
@@ -268,7 +281,8 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
     std::cerr << "horarun: rendezvous store on " << plan.store_host << ":" << store.port() << ", starting " << f.np
               << " ranks on " << plan.local.size() << " host(s): " << f.command[0] << "\n";
   installForwardingSignalHandlers();
-  WorkerSet workers(std::chrono::milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir);
+  WorkerSet workers(std::chrono::milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir,
+                    f.timestamp_output);
   StartWatch watch(f, plan, workers, store.port(), secret);
   for (const auto& spec : workerSpecs(f, plan, env, store.port(), secret)) {
     if (f.verbose && spec.agent_ranks.empty()) std::cerr << "horarun: rank " << spec.rank << " on " << spec.host << "\n";
@@ -298,7 +312,13 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
 int run(const JobFlags& f) {
   try {
     const JobPlan plan = planJob(f);
-    if (f.mpi) return execMpirun(f, plan, workerEnvironment(f));
+    if (f.mpi) {
+      // mpirun forwards only what it is told (OpenMPI's -x, MPICH's -genvlist): tell it everything
+      // horarun would forward itself.
+      Env env = workerEnvironment(f);
+      for (auto& [k, v] : forwardedEnvironment(environ)) env.emplace(k, v);
+      return execMpirun(f, plan, env);
+    }
     return launch(f, plan, workerEnvironment(f));
   } catch (const hora::InvalidArgumentError& e) {
     std::cerr << "horarun: " << e.what() << "\n";
@@ -310,13 +330,15 @@ int run(const JobFlags& f) {
 }
 
 void printBuild() {
+  const auto mark = [](bool built) { return built ? "[x]" : "[ ]"; };
   std::cout << "hora " << kVersion << "\n"
-            << "  transports:   [x] tcp  [x] shared memory (between ranks on one host)\n"
+            << "  transports:   [x] tcp  [x] shared memory (between ranks on one host), chosen per pair\n"
+            << "  collectives:  [x] flat  [x] hierarchical across hosts  [ ] NCCL, GPUs (CPU only)\n"
             << "  MPI:          [ ] not linked; ranks started by mpirun or srun find each other through the\n"
             << "                    rendezvous store (see README, \"Without horarun\")\n"
-            << "  frontends:    [x] C++ (hora::hora)  [x] C ABI (hora/c_api.h); PyTorch (hora.torch) and\n"
-            << "                    libtorch (hora::torch) where this build found torch\n"
-            << "  launcher:     [x] local  [x] ssh\n";
+            << "  frontends:    [x] C++ (hora::hora)  [x] C ABI (hora/c_api.h)  " << mark(HORA_WITH_PYTHON)
+            << " PyTorch (hora.torch)  " << mark(HORA_WITH_TORCH) << " libtorch (hora::torch)\n"
+            << "  launcher:     [x] local  [x] ssh  [x] mpirun (--mpi)\n";
 }
 
 void printKnobsMarkdown() {

@@ -7,9 +7,16 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 
 namespace hora::launcher {
+
+OutputForwarder::OutputForwarder(std::string output_dir, bool timestamp)
+    : output_dir_(std::move(output_dir)), timestamp_(timestamp) {
+  struct stat out {}, err {};
+  same_sink_ = ::fstat(1, &out) == 0 && ::fstat(2, &err) == 0 && out.st_dev == err.st_dev && out.st_ino == err.st_ino;
+}
 
 OutputForwarder::~OutputForwarder() {
   for (auto& s : streams_)
@@ -59,11 +66,42 @@ std::pair<common::Fd, common::Fd> OutputForwarder::addWorker(int rank, bool pref
   return {std::move(ends[0][1]), std::move(ends[1][1])};
 }
 
-void OutputForwarder::emit(Stream& s, std::string_view line) {
+void OutputForwarder::emit(Stream& s, std::string_view piece, char end) {
+  std::FILE* file = s.file;
+  std::string_view text = piece;  // what the rank wrote, without an agent's prefix
+  if (s.prefixed) {
+    // "[3]<stdout>:text" from a host agent: rank 3's file gets "text". (A piece without the
+    // prefix is the agent's own, for the terminal only.)
+    const auto close = piece.find("]<std");
+    file = nullptr;
+    if (!piece.empty() && piece[0] == '[' && close != std::string_view::npos && piece.size() >= close + 10) {
+      if (!output_dir_.empty())
+        file = fileOf(std::atoi(std::string(piece.substr(1, close - 1)).c_str()), piece.substr(close + 2, 6) == "stderr");
+      text = piece.substr(close + 10);
+    }
+  }
+  if (file) {
+    std::fwrite(text.data(), 1, text.size(), file);
+    if (end) std::fputc(end, file);
+    std::fflush(file);
+  }
+  const Stream*& showing = showing_cr_[sinkOf(s)];
   std::string out;
-  if (!s.prefixed) out.append("[").append(std::to_string(s.rank)).append(s.is_stderr ? "]<stderr>:" : "]<stdout>:");
-  out.append(line).push_back('\n');
-  // One write per line: whole lines reach the terminal or pipe one after the other.
+  if (showing && showing != &s) out.push_back('\n');  // keep the other rank's bar on its line
+  if (piece.empty() && showing == &s && end == '\n') {
+    out.push_back('\n');  // "\r\n": the bar stays as drawn
+  } else {
+    if (timestamp_) {
+      const std::time_t now = std::time(nullptr);
+      std::tm local{};
+      char stamp[64];
+      out.append(stamp, std::strftime(stamp, sizeof(stamp), "%a %b %e %H:%M:%S %Y", ::localtime_r(&now, &local)));
+    }
+    if (!s.prefixed) out.append("[").append(std::to_string(s.rank)).append(s.is_stderr ? "]<stderr>:" : "]<stdout>:");
+    out.append(piece).push_back(end ? end : '\n');
+  }
+  showing = end == '\r' ? &s : nullptr;
+  // One write per piece: whole pieces reach the terminal or pipe one after the other.
   const int fd = s.is_stderr ? 2 : 1;
   size_t done = 0;
   while (done < out.size()) {
@@ -71,22 +109,6 @@ void OutputForwarder::emit(Stream& s, std::string_view line) {
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     done += static_cast<size_t>(n);
-  }
-  std::FILE* file = s.file;
-  if (s.prefixed && !output_dir_.empty()) {
-    // "[3]<stdout>:text" from a host agent: rank 3's file gets "text". (A line without the
-    // prefix is the agent's own, for the terminal only.)
-    const auto close = line.find("]<std");
-    if (!line.empty() && line[0] == '[' && close != std::string_view::npos && line.size() >= close + 10) {
-      const int rank = std::atoi(std::string(line.substr(1, close - 1)).c_str());
-      file = fileOf(rank, line.substr(close + 2, 6) == "stderr");
-      line = line.substr(close + 10);
-    }
-  }
-  if (file) {
-    std::fwrite(line.data(), 1, line.size(), file);
-    std::fputc('\n', file);
-    std::fflush(file);
   }
 }
 
@@ -96,17 +118,36 @@ void OutputForwarder::readFrom(Stream& s) {
     const ssize_t n = ::read(s.fd.get(), buf, sizeof(buf));
     if (n > 0) {
       s.partial.append(buf, static_cast<size_t>(n));
-      size_t start = 0, nl;
-      while ((nl = s.partial.find('\n', start)) != std::string::npos) {
-        emit(s, std::string_view(s.partial).substr(start, nl - start));
-        start = nl + 1;
+      size_t start = 0, end;
+      while ((end = s.partial.find_first_of("\r\n", start)) != std::string::npos) {
+        const char terminator = s.partial[end];
+        // An empty piece before a "\r" (tqdm starts every redraw with one) shows nothing.
+        if (terminator == '\r' && end == start) {
+          if (s.file) std::fputc('\r', s.file);
+        } else {
+          emit(s, std::string_view(s.partial).substr(start, end - start), terminator);
+        }
+        s.after_cr = terminator == '\r';
+        start = end + 1;
       }
       s.partial.erase(0, start);
       continue;
     }
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      // Nothing more for now: a redraw after "\r" goes out as it stands (Note [carriage returns]).
+      if (s.after_cr && !s.partial.empty()) {
+        if (s.file) std::fwrite(s.partial.data(), 1, s.partial.size(), s.file);
+        FILE* file = s.file;
+        s.file = nullptr;  // the bytes went to the file just above, without the "\r" added here
+        emit(s, s.partial, '\r');
+        s.file = file;
+        if (s.file) std::fflush(s.file);
+        s.partial.clear();
+      }
+      return;
+    }
     if (n < 0 && errno == EINTR) continue;
-    if (!s.partial.empty()) emit(s, s.partial);  // the last line had no newline
+    if (!s.partial.empty()) emit(s, s.partial, 0);  // the last line had no newline
     s.partial.clear();
     s.fd.reset();  // end of file (or an error): the worker and its children closed it
   }

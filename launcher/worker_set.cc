@@ -85,6 +85,9 @@ void WorkerSet::start(const WorkerSpec& spec) {
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &dfl, nullptr);
+    // execvpe searches the PATH of the calling process's environment, not envp's: the rank's
+    // (a forwarded virtualenv's, on a remote host) must decide which python runs.
+    environ = envp.data();
     ::execvpe(argv[0], argv.data(), envp.data());
     const char* why = std::strerror(errno);
     [[maybe_unused]] auto a = ::write(2, not_found.data(), not_found.size());

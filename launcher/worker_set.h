@@ -43,8 +43,8 @@ struct JobResult {
 
 class WorkerSet {
  public:
-  WorkerSet(std::chrono::milliseconds grace, std::string output_dir = {})
-      : grace_(grace), output_(std::move(output_dir)) {}
+  WorkerSet(std::chrono::milliseconds grace, std::string output_dir = {}, bool timestamp_output = false)
+      : grace_(grace), output_(std::move(output_dir), timestamp_output) {}
   ~WorkerSet();  // kills whatever still runs
 
   // Throws std::runtime_error when fork fails. A command that cannot be executed makes that

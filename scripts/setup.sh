@@ -11,7 +11,7 @@ packages=(
   # build
   cmake make g++ pkg-config
   # libraries of the core, the launcher and the benchmarks
-  libssl-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev
+  libssl-dev libspdlog-dev libfmt-dev libcli11-dev nlohmann-json3-dev libyaml-cpp-dev
   # tests: GoogleTest, clang for the libFuzzer target, iproute2 for the namespace tests
   libgtest-dev libgmock-dev libbenchmark-dev clang libclang-rt-14-dev iproute2 procps
   # multi-host tests: hosts are network namespaces, each with its own sshd; MPICH for mpirun tests

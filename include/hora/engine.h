@@ -81,6 +81,7 @@ struct HORA_API EngineOptions {
   std::string timeline;                       // HORA_TIMELINE: a trace file, empty = off
   bool timeline_mark_cycles = false;          // HORA_TIMELINE_MARK_CYCLES
   bool timeline_all_ranks = false;            // HORA_TIMELINE_ALL_RANKS: a file per rank
+  std::vector<int> thread_affinity;           // HORA_THREAD_AFFINITY: a core per local rank, empty = any
   static EngineOptions fromEnvironment();
   bool operator==(const EngineOptions&) const = default;
 };

@@ -190,7 +190,7 @@ class DistributedOptimizer {
   ::torch::optim::Optimizer& optimizer() { return *optimizer_; }
   std::vector<::torch::optim::OptimizerParamGroup>& param_groups() { return optimizer_->param_groups(); }
 
-  struct Hook;  // the autograd post-hook (torch.cc)
+  struct Hook;  // the autograd post-hook (src/torch/training.cc)
 
  private:
   struct Parameter {

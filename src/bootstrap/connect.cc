@@ -5,6 +5,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "bootstrap/knob_agreement.h"
 #include "common/cpu_share.h"
 #include "common/logging.h"
 #include "common/socket.h"
@@ -118,7 +119,7 @@ void chooseTransport(Connection& c, std::vector<transport::tcp::PeerConnection> 
 }  // namespace
 
 Connection connect(const Identity& identity, const RendezvousOptions& rendezvous, const CommunicatorOptions& options,
-                   std::vector<int> labels) {
+                   std::vector<int> labels, const std::string* job_knobs) {
   Connection c;
   c.identity = identity;
   c.rendezvous = rendezvous;
@@ -135,6 +136,11 @@ Connection connect(const Identity& identity, const RendezvousOptions& rendezvous
   const rendezvous::TcpStore& tcp_store = *store;
   c.store = std::move(store);
   if (!rendezvous.announce_key.empty()) c.store->set(rendezvous.announce_key, c.identity.hostname, deadline);
+  if (job_knobs) {
+    // Before anything the knobs decide (the transport, the hierarchy): Note [knob agreement].
+    agreeOnKnobs(*c.store, c.rendezvous.prefix, c.rank(), c.size(), *job_knobs, [&c](int r) { return c.label(r); },
+                 deadline);
+  }
   learnTopology(c, deadline);
   auto peers = connectTcpMesh(c, options, tcp_store, deadline);
   common::CpuShare::process().noteLocalRanks(c.identity.local_size);  // Note [who may spin]

@@ -36,9 +36,11 @@ struct Connection {
 };
 
 // Connects to every rank of the group. Blocks until all have connected or options.timeout
-// passes (TimeoutError naming the rank that never came).
+// passes (TimeoutError naming the rank that never came). With `job_knobs` (jobKnobs() of the
+// environment the options came from), the ranks first check that they agree on them
+// (knob_agreement.h): InvalidArgumentError on every rank when they do not.
 Connection connect(const Identity& identity, const RendezvousOptions& rendezvous, const CommunicatorOptions& options,
-                   std::vector<int> labels = {});
+                   std::vector<int> labels = {}, const std::string* job_knobs = nullptr);
 
 // The members (ascending ranks of `parent`, this rank among them) as a group of their own,
 // under `key` in the parent's part of the store; every member calls it alike.

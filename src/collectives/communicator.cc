@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "bootstrap/connect.h"
+#include "bootstrap/knob_agreement.h"
 #include "bootstrap/store_through_launcher.h"
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
@@ -163,7 +164,12 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   RendezvousOptions job = common::rendezvousOptionsFrom(env, identity.size);
   if (!job.launcher_kvs.empty())
     job = bootstrap::rendezvousThroughLauncher(job, identity.rank, options.iface, options.timeout);
-  return create(identity, bootstrap::nextCommunicator(job, identity.rank), options);
+  // A communicator made from the environment checks that every rank's environment agrees on the
+  // job-wide knobs (Note [knob agreement]); one made from options (create) was given them.
+  const std::string job_knobs = bootstrap::jobKnobs(env);
+  return std::unique_ptr<Communicator>(new Communicator(std::make_unique<detail::CommunicatorImpl>(
+      bootstrap::connect(identity, bootstrap::nextCommunicator(job, identity.rank), options, {}, &job_knobs),
+      options)));
 }
 
 std::unique_ptr<Communicator> Communicator::create(const Identity& identity,

@@ -99,7 +99,10 @@ spdlog::level::level_enum logLevelFrom(const Env& env) {
                              "' is invalid: expected trace, debug, info, warning, error or fatal");
 }
 
-void applyLogLevel(const Env& env) { setLogLevel(logLevelFrom(env)); }
+void applyLogLevel(const Env& env) {
+  setLogLevel(logLevelFrom(env));
+  setLogHideTime(env.getBool("HORA_LOG_HIDE_TIME"));
+}
 
 RendezvousOptions rendezvousOptionsFrom(const Env& env, int size) {
   RendezvousOptions r;

@@ -13,125 +13,131 @@ namespace hora::common {
 namespace {
 
 using G = KnobGroup;
+using S = KnobScope;
 
 // Note [knob table]: adding a variable here is the only way to read one. Keep names sorted
 // within a group; the help text is a complete sentence for docs/knobs.md.
 constexpr KnobSpec kKnobs[] = {
-    {"HORA_RANK", "HOROVOD_RANK", G::kLauncherSet, "0", "Rank of this process in the job."},
-    {"HORA_SIZE", "HOROVOD_SIZE", G::kLauncherSet, "1", "Number of ranks in the job."},
-    {"HORA_LOCAL_RANK", "HOROVOD_LOCAL_RANK", G::kLauncherSet, "0",
+    {"HORA_RANK", "HOROVOD_RANK", G::kLauncherSet, S::kRank, "0", "Rank of this process in the job."},
+    {"HORA_SIZE", "HOROVOD_SIZE", G::kLauncherSet, S::kRank, "1", "Number of ranks in the job."},
+    {"HORA_LOCAL_RANK", "HOROVOD_LOCAL_RANK", G::kLauncherSet, S::kRank, "0",
      "Rank among the processes of this host."},
-    {"HORA_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", G::kLauncherSet, "1",
+    {"HORA_LOCAL_SIZE", "HOROVOD_LOCAL_SIZE", G::kLauncherSet, S::kRank, "1",
      "Number of ranks on this host."},
-    {"HORA_CROSS_RANK", "HOROVOD_CROSS_RANK", G::kLauncherSet, "0",
+    {"HORA_CROSS_RANK", "HOROVOD_CROSS_RANK", G::kLauncherSet, S::kRank, "0",
      "Rank among the processes with the same local rank on other hosts."},
-    {"HORA_CROSS_SIZE", "HOROVOD_CROSS_SIZE", G::kLauncherSet, "1",
+    {"HORA_CROSS_SIZE", "HOROVOD_CROSS_SIZE", G::kLauncherSet, S::kRank, "1",
      "Number of ranks with this local rank across hosts."},
-    {"HORA_HOSTNAME", "HOROVOD_HOSTNAME", G::kLauncherSet, "",
+    {"HORA_HOSTNAME", "HOROVOD_HOSTNAME", G::kLauncherSet, S::kRank, "",
      "Name of this host as the launcher knows it; tells hosts apart."},
-    {"HORA_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR", G::kLauncherSet, "",
+    {"HORA_RENDEZVOUS_ADDR", "HOROVOD_GLOO_RENDEZVOUS_ADDR", G::kLauncherSet, S::kRank, "",
      "Address of the rendezvous store served by the launcher."},
-    {"HORA_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_PORT", G::kLauncherSet, "",
+    {"HORA_RENDEZVOUS_PORT", "HOROVOD_GLOO_RENDEZVOUS_PORT", G::kLauncherSet, S::kRank, "",
      "Port of the rendezvous store."},
-    {"HORA_SECRET", "", G::kLauncherSet, "",
+    {"HORA_SECRET", "", G::kLauncherSet, S::kRank, "",
      "Job secret that authenticates every store request and peer connection (HMAC-SHA256). "
      "Set by the launcher in the environment, never on a command line."},
-    {"OMPI_COMM_WORLD_RANK", "", G::kForeignLauncher, "", "Rank, as OpenMPI's mpirun sets it (used without horarun)."},
-    {"OMPI_COMM_WORLD_SIZE", "", G::kForeignLauncher, "", "Number of ranks, as OpenMPI's mpirun sets it."},
-    {"OMPI_COMM_WORLD_LOCAL_SIZE", "", G::kForeignLauncher, "",
+    {"OMPI_COMM_WORLD_RANK", "", G::kForeignLauncher, S::kRank, "", "Rank, as OpenMPI's mpirun sets it (used without horarun)."},
+    {"OMPI_COMM_WORLD_SIZE", "", G::kForeignLauncher, S::kRank, "", "Number of ranks, as OpenMPI's mpirun sets it."},
+    {"OMPI_COMM_WORLD_LOCAL_SIZE", "", G::kForeignLauncher, S::kRank, "",
      "Ranks on this host (OpenMPI); equal to the size, the store is on 127.0.0.1."},
-    {"OMPI_MCA_ess_base_jobid", "", G::kForeignLauncher, "",
+    {"OMPI_MCA_ess_base_jobid", "", G::kForeignLauncher, S::kRank, "",
      "OpenMPI's job id: picks the store's port when HORA_RENDEZVOUS_PORT is unset."},
-    {"PMI_RANK", "", G::kForeignLauncher, "", "Rank, as MPICH's mpirun (Hydra) sets it (used without horarun)."},
-    {"PMI_SIZE", "", G::kForeignLauncher, "", "Number of ranks (MPICH Hydra)."},
-    {"MPI_LOCALNRANKS", "", G::kForeignLauncher, "", "Ranks on this host (MPICH Hydra)."},
-    {"PMI_FD", "", G::kForeignLauncher, "",
+    {"PMI_RANK", "", G::kForeignLauncher, S::kRank, "", "Rank, as MPICH's mpirun (Hydra) sets it (used without horarun)."},
+    {"PMI_SIZE", "", G::kForeignLauncher, S::kRank, "", "Number of ranks (MPICH Hydra)."},
+    {"MPI_LOCALNRANKS", "", G::kForeignLauncher, S::kRank, "", "Ranks on this host (MPICH Hydra)."},
+    {"PMI_FD", "", G::kForeignLauncher, S::kRank, "",
      "Socket to MPICH Hydra's process manager (PMI-1): where the ranks learn rank 0's store address and "
      "the job secret when HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT are unset."},
-    {"PMIX_NAMESPACE", "", G::kForeignLauncher, "",
+    {"PMIX_NAMESPACE", "", G::kForeignLauncher, S::kRank, "",
      "Set for ranks of OpenMPI's mpirun (PMIx): they learn rank 0's store address and the job secret "
      "through PMIx when HORA_RENDEZVOUS_ADDR and HORA_RENDEZVOUS_PORT are unset."},
-    {"SLURM_PROCID", "", G::kForeignLauncher, "", "Rank, as Slurm's srun sets it (used without horarun)."},
-    {"SLURM_NTASKS", "", G::kForeignLauncher, "", "Number of ranks (Slurm)."},
-    {"SLURM_JOB_ID", "", G::kForeignLauncher, "", "Slurm's job id (with SLURM_STEP_ID: the store's port)."},
-    {"SLURM_STEP_ID", "", G::kForeignLauncher, "", "Slurm's step id."},
-    {"SLURM_STEP_NUM_NODES", "", G::kForeignLauncher, "", "Number of hosts of the Slurm step."},
-    {"SLURM_STEP_NODELIST", "", G::kForeignLauncher, "",
+    {"SLURM_PROCID", "", G::kForeignLauncher, S::kRank, "", "Rank, as Slurm's srun sets it (used without horarun)."},
+    {"SLURM_NTASKS", "", G::kForeignLauncher, S::kRank, "", "Number of ranks (Slurm)."},
+    {"SLURM_JOB_ID", "", G::kForeignLauncher, S::kRank, "", "Slurm's job id (with SLURM_STEP_ID: the store's port)."},
+    {"SLURM_STEP_ID", "", G::kForeignLauncher, S::kRank, "", "Slurm's step id."},
+    {"SLURM_STEP_NUM_NODES", "", G::kForeignLauncher, S::kRank, "", "Number of hosts of the Slurm step."},
+    {"SLURM_STEP_NODELIST", "", G::kForeignLauncher, S::kRank, "",
      "Hosts of the Slurm step; the store runs in rank 0 on the first one."},
-    {"SLURM_JOB_NODELIST", "", G::kForeignLauncher, "",
+    {"SLURM_JOB_NODELIST", "", G::kForeignLauncher, S::kRank, "",
      "Hosts of the Slurm allocation: horarun run inside one (salloc, sbatch) without -H or --hostfile "
      "starts its ranks there."},
-    {"SLURM_TASKS_PER_NODE", "", G::kForeignLauncher, "",
+    {"SLURM_TASKS_PER_NODE", "", G::kForeignLauncher, S::kRank, "",
      "Tasks of the Slurm allocation per host (\"2(x3),1\"): horarun's slots on the hosts of SLURM_JOB_NODELIST."},
-    {"HORA_SPIN_MICROSECONDS", "", G::kTuning, "50",
+    {"HORA_SPIN_MICROSECONDS", "", G::kTuning, S::kRank, "50",
      "How long a waiting rank may retry, yielding the CPU between tries, before it sleeps in "
      "poll(): lower latency for small messages. It spins only while no compute thread of its "
      "process needs the core and its last waits ended within the spin. 0 = always sleep."},
-    {"HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", G::kTuning, "1024",
+    {"HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", G::kTuning, S::kJob, "1024",
      "Entries of the engine's response cache; 0 turns it off (every cycle negotiates in full)."},
-    {"HORA_CYCLE_TIME", "HOROVOD_CYCLE_TIME", G::kTuning, "1",
+    {"HORA_CYCLE_TIME", "HOROVOD_CYCLE_TIME", G::kTuning, S::kRank, "1",
      "Milliseconds between an idle engine's stall checks while some tensor waits for other "
      "ranks (an engine with nothing pending sleeps until there is work). An idle engine sends "
      "nothing; a request on any rank starts a cycle (HORA_BUCKET_BYTES). 0 = cycle "
      "continuously (to measure the negotiation's cost)."},
-    {"HORA_BUCKET_BYTES", "", G::kTuning, "1M",
+    {"HORA_BUCKET_BYTES", "", G::kTuning, S::kRank, "1M",
      "An engine holds queued allreduces back until this many bytes are queued, another request "
      "comes, a thread waits for (or polls) one of them, or another rank starts a cycle; then "
      "they are negotiated and fused together. Gradients thus go in buckets, not one cycle each. "
      "0 = start a cycle for every request."},
-    {"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", G::kTuning, "128M",
+    {"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", G::kTuning, S::kJob, "128M",
      "Largest fused allreduce in bytes; 0 turns fusion off."},
-    {"HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", G::kTuning, "60",
+    {"HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", G::kTuning, S::kRank, "60",
      "After this many seconds rank 0 warns about tensors that some ranks submitted and others "
      "did not, naming the missing ranks; 0 = never."},
-    {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", G::kTuning, "0",
+    {"HORA_STALL_SHUTDOWN_TIME_SECONDS", "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS", G::kTuning, S::kJob, "0",
      "After this many seconds of a stall the job fails on every rank with an error naming the "
      "tensors and the missing ranks; 0 = never."},
-    {"HORA_TIMELINE", "HOROVOD_TIMELINE", G::kTuning, "",
+    {"HORA_TIMELINE", "HOROVOD_TIMELINE", G::kTuning, S::kRank, "",
      "Write a Chrome trace-event timeline of the engine to this file (chrome://tracing, Perfetto); "
      "DYNAMIC = none until start_timeline() is called, as in Horovod."},
-    {"HORA_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", G::kTuning, "0",
+    {"HORA_TIMELINE_MARK_CYCLES", "HOROVOD_TIMELINE_MARK_CYCLES", G::kTuning, S::kRank, "0",
      "1 = mark the start of every engine cycle in the timeline."},
-    {"HORA_TIMELINE_ALL_RANKS", "", G::kTuning, "0",
+    {"HORA_TIMELINE_ALL_RANKS", "", G::kTuning, S::kRank, "0",
      "1 = every rank writes its own timeline (the file name gets .rank<N>), so the slow rank "
      "shows; 0 = rank 0 only, as Horovod."},
-    {"HORA_CHUNK_BYTES", "", G::kTuning, "256K",
+    {"HORA_CHUNK_BYTES", "", G::kTuning, S::kJob, "256K",
      "Pipelining unit: received data is reduced and forwarded in chunks of this size."},
-    {"HORA_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", G::kTuning, "auto",
+    {"HORA_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", G::kTuning, S::kJob, "auto",
      "Allreduce across hosts as reduce-scatter inside each host (shared memory), allreduce of "
      "each slice among the hosts (TCP) and allgather inside each host: auto (when the ranks span "
      "hosts with the same number of ranks each, for messages above HORA_RING_THRESHOLD), 1 "
      "(always when the hosts are even) or 0 (never: one flat ring)."},
-    {"HORA_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", G::kTuning, "auto",
+    {"HORA_HIERARCHICAL_ALLGATHER", "HOROVOD_HIERARCHICAL_ALLGATHER", G::kTuning, S::kJob, "auto",
      "Allgather across hosts as an allgather among the ranks with the same position on every "
      "host (TCP), then inside each host (shared memory): each block crosses to every other host "
      "once whatever the rank placement, in fewer steps than one ring. auto and 1: whenever the "
      "ranks span hosts with the same number of ranks each; 0: never (one flat ring)."},
-    {"HORA_HIERARCHICAL_BROADCAST", "", G::kTuning, "auto",
+    {"HORA_HIERARCHICAL_BROADCAST", "", G::kTuning, S::kJob, "auto",
      "Broadcast across hosts as a broadcast among the root's counterparts on the other hosts "
      "(TCP), then inside each host (shared memory): each byte crosses to every other host once "
      "whatever the rank placement. auto: when the ranks span hosts with the same number of "
      "ranks each and are not placed host by host (then the flat chain crosses each link once "
      "too, pipelined); 1: whenever the hosts are even; 0: never (one tree or chain)."},
-    {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, "",
+    {"HORA_IFACE", "HOROVOD_GLOO_IFACE", G::kTuning, S::kRank, "",
      "Network interface whose address peers connect to; default: the one that reaches the "
      "rendezvous store."},
-    {"HORA_LOG_LEVEL", "HOROVOD_LOG_LEVEL", G::kTuning, "warning",
+    {"HORA_LOG_LEVEL", "HOROVOD_LOG_LEVEL", G::kTuning, S::kRank, "warning",
      "Log level: trace, debug, info, warning, error, fatal."},
-    {"HORA_RING_THRESHOLD", "", G::kTuning, "512K",
+    {"HORA_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME", G::kTuning, S::kRank, "0",
+     "1 = hora's log lines carry no time of day (horarun --log-without-timestamp)."},
+    {"HORA_RING_THRESHOLD", "", G::kTuning, S::kJob, "512K",
      "Allreduce messages up to this many bytes use recursive doubling (latency-optimal), "
      "larger ones the ring (bandwidth-optimal); broadcasts up to it a binomial tree, larger a "
      "chain. Default measured: the two cross between 512K and 740K at 2 and 4 ranks over TCP."},
-    {"HORA_SHM_SPIN_MICROSECONDS", "", G::kTuning, "1000",
+    {"HORA_SHM_SPIN_MICROSECONDS", "", G::kTuning, S::kRank, "1000",
      "HORA_SPIN_MICROSECONDS over shared memory: a peer woken from its futex takes about 100 us "
      "to run again on this machine, so ranks may keep yielding longer before they sleep (under "
      "the same conditions)."},
-    {"HORA_SHM_RING_THRESHOLD", "", G::kTuning, "4K",
+    {"HORA_SHM_RING_THRESHOLD", "", G::kTuning, S::kJob, "4K",
      "HORA_RING_THRESHOLD for communicators over shared memory: above it the ring (measured: "
      "the ring's extra steps cost little in memory, so it wins from a few KiB)."},
-    {"HORA_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", G::kTuning, "30",
+    {"HORA_THREAD_AFFINITY", "HOROVOD_THREAD_AFFINITY", G::kTuning, S::kRank, "",
+     "Comma-separated core ids: the engine thread of local rank i runs on the i-th (as Horovod's); "
+     "fewer ids than local ranks leaves the threads unpinned, with a warning. Empty = not pinned."},
+    {"HORA_TIMEOUT_SECONDS", "HOROVOD_GLOO_TIMEOUT_SECONDS", G::kTuning, S::kJob, "30",
      "Deadline of every blocking wait: a collective, connecting to peers, a store request."},
-    {"HORA_TRANSPORT", "", G::kTuning, "auto",
+    {"HORA_TRANSPORT", "", G::kTuning, S::kJob, "auto",
      "Transport between ranks, chosen per pair: auto (shared memory between the ranks of a "
      "host, TCP between hosts), shm (shared memory; an error across hosts) or tcp (TCP for "
      "every pair)."},
@@ -161,10 +167,11 @@ const KnobSpec* findKnob(std::string_view name) {
 
 std::string knobsMarkdown() {
   std::ostringstream s;
-  s << "| variable | default | Horovod alias | meaning |\n| --- | --- | --- | --- |\n";
+  s << "| variable | default | Horovod alias | ranks | meaning |\n| --- | --- | --- | --- | --- |\n";
   for (const auto& k : kKnobs) {
     s << "| `" << k.name << "` | " << (k.default_value.empty() ? "-" : k.default_value) << " | "
-      << (k.horovod_alias.empty() ? "-" : k.horovod_alias) << " | " << k.help << " |\n";
+      << (k.horovod_alias.empty() ? "-" : k.horovod_alias) << " | "
+      << (k.scope == KnobScope::kJob ? "same on all" : "may differ") << " | " << k.help << " |\n";
   }
   return s.str();
 }

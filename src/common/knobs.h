@@ -34,10 +34,21 @@ namespace hora::common {
 // mpirun (OpenMPI, MPICH) or Slurm when a job is started without horarun (foreign_launch.h).
 enum class KnobGroup { kLauncherSet, kTuning, kForeignLauncher };
 
+// Note [knob agreement]: whether a knob must have one value on every rank of a job. kJob knobs
+// change what ranks send each other or when they give up (algorithm choices, fusion, the
+// response cache, chunking, transports, timeouts): ranks that disagree would wait for messages
+// that never come. At Communicator::fromEnvironment every rank publishes its kJob values and
+// rank 0 compares them (src/bootstrap/knob_agreement.h): a difference fails every rank, naming
+// the knob, its values and the ranks holding each. kRank knobs may differ (log level, timeline
+// file, interface name, how long to spin) or are set per rank by a launcher. kUnclassified
+// exists so that a row that forgets to say is caught (KnobRegistry.EveryKnobIsClassified).
+enum class KnobScope { kUnclassified, kJob, kRank };
+
 struct KnobSpec {
   std::string_view name;
   std::string_view horovod_alias;  // empty when Horovod has no such variable
   KnobGroup group;
+  KnobScope scope;
   std::string_view default_value;  // as text, as a user would write it
   std::string_view help;
 };

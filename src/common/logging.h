@@ -16,6 +16,8 @@ spdlog::logger& logger();
 // anything else.
 std::optional<spdlog::level::level_enum> parseLogLevel(std::string_view level);
 void setLogLevel(spdlog::level::level_enum level);
+// HORA_LOG_HIDE_TIME: log lines without the time of day (Horovod's HOROVOD_LOG_HIDE_TIME).
+void setLogHideTime(bool hide);
 void setLogRank(int rank);
 
 }  // namespace hora::common

@@ -1,7 +1,14 @@
 #include "engine/engine_options.h"
 
+#include <sched.h>
+
+#include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <string>
+
+#include "hora/errors.h"
 
 namespace hora::engine {
 
@@ -19,6 +26,18 @@ EngineOptions engineOptionsFrom(const common::Env& env) {
   if (o.timeline == "DYNAMIC") o.timeline.clear();
   o.timeline_mark_cycles = env.getBool("HORA_TIMELINE_MARK_CYCLES");
   o.timeline_all_ranks = env.getBool("HORA_TIMELINE_ALL_RANKS");
+  const std::string cores = env.getString("HORA_THREAD_AFFINITY");
+  for (size_t start = 0; !cores.empty() && start <= cores.size();) {
+    const size_t comma = std::min(cores.find(',', start), cores.size());
+    const std::string id = cores.substr(start, comma - start);
+    int core = -1;
+    auto [end, ec] = std::from_chars(id.data(), id.data() + id.size(), core);
+    if (ec != std::errc() || end != id.data() + id.size() || core < 0 || core >= CPU_SETSIZE)
+      throw InvalidArgumentError("environment variable HORA_THREAD_AFFINITY='" + cores +
+                                 "' is invalid: expected comma-separated core ids, got '" + id + "'");
+    o.thread_affinity.push_back(core);
+    start = comma + 1;
+  }
   return o;
 }
 

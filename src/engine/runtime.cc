@@ -1,9 +1,12 @@
 #include "engine/runtime.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 #include "collectives/reduce.h"
 #include "common/cpu_share.h"
@@ -164,8 +167,30 @@ EngineStats Runtime::stats() const {
   return stats_;
 }
 
+// HORA_THREAD_AFFINITY, as Horovod's HOROVOD_THREAD_AFFINITY: local rank i's engine thread on
+// the i-th core listed; a list shorter than the host's ranks pins nobody.
+void Runtime::pinThread() {
+  const auto& cores = options_.thread_affinity;
+  if (cores.empty()) return;
+  const Identity& me = comm_->identity();
+  if (static_cast<int>(cores.size()) < me.local_size) {
+    HORA_LOG(warn, "HORA_THREAD_AFFINITY lists {} core(s) for {} local ranks: the engine thread is not pinned",
+             cores.size(), me.local_size);
+    return;
+  }
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cores[static_cast<size_t>(me.local_rank)], &set);
+  if (const int err = pthread_setaffinity_np(pthread_self(), sizeof(set), &set); err != 0)
+    HORA_LOG(warn, "HORA_THREAD_AFFINITY: cannot pin the engine thread to core {}: {}",
+             cores[static_cast<size_t>(me.local_rank)], std::strerror(err));
+  else
+    HORA_LOG(info, "engine thread pinned to core {}", cores[static_cast<size_t>(me.local_rank)]);
+}
+
 void Runtime::loop() {
   pthread_setname_np(pthread_self(), "hora-engine");
+  pinThread();
   // Timed waits of this thread may overrun by the timer slack (50 us by default), which would
   // add to every idle cycle.
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);

@@ -43,6 +43,7 @@ class Runtime {
 
  private:
   void loop();
+  void pinThread();  // on the engine thread, before its first cycle
   // Note [idle engine]: returns when this rank has something to negotiate or another rank
   // started a cycle.
   void waitUntilSomeRankHasWork();

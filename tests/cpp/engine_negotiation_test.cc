@@ -2,7 +2,10 @@
 // tensors per step over many steps (the response cache), the idle engine on a mixed transport,
 // and buckets (Note [buckets]).
 #include <gtest/gtest.h>
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <random>
 #include <thread>
@@ -126,6 +129,43 @@ TEST(Engine, GradientsOfAStepTakeAFewCyclesNotOnePerTensor) {
   // Without buckets nearly every gradient has its own cycle (bound kept loose for the sanitizers).
   EXPECT_GE(cyclesOfGradientSteps(unbucketed), 5u * 15u) << "without buckets";
   EXPECT_LE(cyclesOfGradientSteps(EngineOptions{}), 5u * 6u) << "with buckets (the default)";
+}
+
+}  // namespace
+}  // namespace hora::testing
+
+namespace hora::testing {
+namespace {
+
+// The cores this process's threads called `name` may run on, as /proc lists them ("0", "1", ...).
+std::vector<std::string> allowedCpusOfThreads(const std::string& name) {
+  std::vector<std::string> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string comm_name;
+    std::getline(comm, comm_name);
+    if (comm_name != name) continue;
+    std::ifstream status(task.path() / "status");
+    for (std::string line; std::getline(status, line);)
+      if (line.rfind("Cpus_allowed_list:", 0) == 0) out.push_back(line.substr(line.find_first_not_of(" \t", 18)));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// HORA_THREAD_AFFINITY (horovodrun --thread-affinity): local rank i's engine thread on the i-th core.
+TEST(Engine, ThreadAffinityPinsEachLocalRanksEngineThreadToItsCore) {
+  if (std::thread::hardware_concurrency() < 2) GTEST_SKIP() << "needs 2 cores";
+  EngineOptions options;
+  options.thread_affinity = {1, 0};
+  std::vector<std::string> seen;
+  const auto errors = runEngines(2, [&](Engine& engine) {
+    engine.barrier().wait();  // both engine threads run (and pinned themselves before their first cycle)
+    if (engine.identity().rank == 0) seen = allowedCpusOfThreads("hora-engine");
+    engine.barrier().wait();
+  }, options);
+  for (const auto& e : errors) EXPECT_EQ(e, "");
+  EXPECT_EQ(seen, (std::vector<std::string>{"0", "1"}));
 }
 
 }  // namespace

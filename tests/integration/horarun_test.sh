@@ -31,6 +31,69 @@ check "stderr keeps its stream and prefix; a last line without newline is forwar
 [ "$(cat "$tmp/logs/rank.1/stdout")" = "to-file-1" ] && [ "$(cat "$tmp/logs/rank.0/stderr")" = "e" ]
 check "--output-filename writes DIR/rank.N/stdout and stderr" $?
 
+# Carriage-return updates (a progress bar) reach the terminal as they are written, each with
+# its rank's prefix and its "\r", while the rank still runs; another rank's line never lands on
+# a bar's line; the files of --output-filename get the bytes as written.
+for out_dir in "" "$tmp/cr"; do
+  rm -f "$tmp/cr_started"
+  flags=(); [ -n "$out_dir" ] && flags=(--output-filename "$out_dir")
+  "$horarun" -np 2 "${flags[@]}" sh -c 'if [ "$HORA_RANK" = 0 ]; then
+      for i in 1 2 3; do printf "\r%d/3 done" $i >&2; sleep 0.4; done; printf "\n" >&2
+    else sleep 0.2; echo "rank one line"; fi' >"$tmp/cr_out" 2>&1 &
+  job=$!
+  sleep 0.7  # the second update has been written, the job still runs
+  live=$(tr '\r' '\n' <"$tmp/cr_out" | grep -c '^\[0\]<stderr>:[12]/3 done$')
+  wait $job; code=$?
+  [ "$code" = 0 ] && [ "$live" -ge 1 ]
+  check "progress updates are forwarded as they come ${flags[*]} ($live live, code $code)" $?
+  [ "$(tr '\r' '\n' <"$tmp/cr_out" | grep -c '^\[0\]<stderr>:[123]/3 done$')" = 3 ] &&
+    grep -q '^\[1\]<stdout>:rank one line$' "$tmp/cr_out"
+  check "every update keeps its prefix; another rank's line is a line of its own ${flags[*]}" $?
+  if [ -n "$out_dir" ]; then
+    printf '\r1/3 done\r2/3 done\r3/3 done\n' >"$tmp/cr_expected"
+    cmp -s "$out_dir/rank.0/stderr" "$tmp/cr_expected"
+    check "--output-filename keeps the carriage returns as written" $?
+  fi
+done
+# A real tqdm bar (the demo's) in a Python rank: every redraw is a piece of its own, prefixed.
+python=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)/.venv/bin/python
+if [ -x "$python" ] && "$python" -c 'import tqdm' 2>/dev/null; then
+  "$horarun" -np 2 "$python" -c 'import time
+from tqdm import tqdm
+for _ in tqdm(range(5), mininterval=0, ascii=True): time.sleep(0.05)' >"$tmp/out" 2>&1
+  code=$?
+  bars=$(tr '\r' '\n' <"$tmp/out" | grep -cE '^\[[01]\]<stderr>: *[0-9]+%\|[# ]*\| [0-5]/5')
+  [ "$code" = 0 ] && [ "$bars" -ge 12 ]
+  check "a tqdm bar's redraws arrive one by one, each with its rank's prefix ($bars pieces, code $code)" $?
+fi
+"$horarun" -np 1 --prefix-output-with-timestamp sh -c 'echo stamped' >"$tmp/out" 2>&1
+grep -qE '^[A-Z][a-z]{2} [A-Z][a-z]{2} [ 0-9][0-9] [0-9]{2}:[0-9]{2}:[0-9]{2} [0-9]{4}\[0\]<stdout>:stamped$' "$tmp/out"
+check "--prefix-output-with-timestamp puts horovodrun's time before the prefix" $?
+
+# The environment reaches every rank: values with spaces, quotes, newlines and unicode intact;
+# -x still overrides; a python rank's output is unbuffered (as under horovodrun).
+export HORA_ODD_VALUE="a b  'c' \"d\" \$e \\f
+second line ünï 漢字"
+HORA_ODD_VALUE2=plain "$horarun" -np 2 -x HORA_ODD_VALUE2=overridden sh -c \
+  'printf "%s|%s|%s" "$HORA_ODD_VALUE" "$HORA_ODD_VALUE2" "$PYTHONUNBUFFERED" >"'"$tmp"'/env.$HORA_RANK"'
+[ "$(cat "$tmp/env.0")" = "$HORA_ODD_VALUE|overridden|1" ] && [ "$(cat "$tmp/env.1")" = "$HORA_ODD_VALUE|overridden|1" ]
+check "every rank gets the launcher's environment as it is; -x overrides it" $?
+unset HORA_ODD_VALUE
+
+# Ranks that disagree on a job-wide knob fail at init, within 2 s, each naming the knob, its
+# values and the ranks holding each.
+start_ms=$(date +%s%3N)
+"$horarun" -np 3 sh -c '[ "$HORA_RANK" = 2 ] && export HORA_CACHE_CAPACITY=0; exec '"$bench"' allreduce -b 4 -e 4 -n 1 -w 0' \
+  >"$tmp/out" 2>&1
+code=$?
+took=$(( $(date +%s%3N) - start_ms ))
+named=$(grep -c "rank [0-2]: the ranks disagree on knobs that must be the same on every rank: HORA_CACHE_CAPACITY is '0' on rank 2 but '1024' (the default) on ranks 0-1" "$tmp/out")
+[ "$code" != 0 ] && [ "$named" -ge 1 ] && [ "$took" -lt 4000 ]
+check "a knob that differs between ranks fails the job at init, named ($named rank(s) said so, $took ms incl. start-up, code $code)" $?
+"$horarun" -np 2 sh -c '[ "$HORA_RANK" = 1 ] && export HORA_LOG_LEVEL=error HORA_TIMELINE_ALL_RANKS=0; exec '"$bench"' allreduce -b 4 -e 4 -n 1 -w 0' \
+  >"$tmp/out" 2>&1
+check "knobs that may differ per rank (log level, timeline) do" $?
+
 "$horarun" -np 3 sh -c 'if [ "$HORA_RANK" = 1 ]; then exit 7; fi; sleep 30' >"$tmp/out" 2>&1
 code=$?
 [ "$code" = 7 ]; check "a failing rank's exit code is horarun's (got $code)" $?
@@ -145,6 +208,9 @@ sleep 0.5
 ! pgrep -f "sleep 30" >/dev/null; check "no worker is left after a start timeout" $?
 
 "$horarun" --check-build | grep -q "tcp.*\[x\] shared memory"; check "--check-build lists the transports" $?
+"$horarun" --check-build | grep -qE "\[[x ]\] PyTorch \(hora.torch\) +\[[x ]\] libtorch" &&
+  "$horarun" -cb | grep -q "mpirun (--mpi)"
+check "--check-build (-cb) says which frontends this build has and that --mpi is there" $?
 "$horarun" -np 1 --timeline-filename /tmp/x.json --cycle-time-ms 2 --fusion-threshold-mb 1 --cache-capacity 8 --no-stall-check --log-level error \
   sh -c 'echo "$HORA_TIMELINE $HORA_CYCLE_TIME $HORA_FUSION_THRESHOLD $HORA_CACHE_CAPACITY $HORA_STALL_CHECK_TIME_SECONDS $HORA_LOG_LEVEL"' >"$tmp/out" 2>&1
 grep -q "/tmp/x.json 2.000000 1048576 8 0 error" "$tmp/out"; check "knob flags set their HORA_* variables" $?

@@ -34,6 +34,45 @@ run -np 2 -H "$h1:1,$h2:1" sh -c 'cat /proc/$$/cmdline | tr "\0" " "; echo; ps -
 ! grep -q "HORA_SECRET=" "$tmp/out" && ! grep -E -q '[0-9a-f]{64}' "$tmp/out"
 check "the job secret is on no command line of any host" $?
 
+# The launcher's environment reaches the remote ranks as horovodrun's does: the issue's two
+# commands as written (a virtualenv on PATH; a knob exported before horarun), values with
+# spaces, quotes, newlines and unicode intact over ssh; host-specific variables stay behind.
+venv=$(cd "$here/../.." && pwd)/.venv
+if [ -x "$venv/bin/python" ] && "$venv/bin/python" -c 'import hora.torch' 2>/dev/null; then
+  on_host 1 env PATH="$venv/bin:$PATH" VIRTUAL_ENV="$venv" "$horarun" -i "$SSH_KEY" -np 4 -H "$h1:2,$h2:2" \
+    python -c 'import hora.torch as h; h.init(); print("imported", h.rank(), h.size(), h.cross_size())' >"$tmp/out" 2>&1
+  code=$?
+  [ "$code" = 0 ] && [ "$(grep -c '<stdout>:imported [0-3] 4 2$' "$tmp/out")" = 4 ]
+  check "a virtualenv's python imports hora.torch on remote ranks with no -x (code $code)" $?
+  [ "$code" = 0 ] || tail -n 5 "$tmp/out"
+fi
+on_host 1 env HORA_HIERARCHICAL_ALLREDUCE=0 HORA_LOG_LEVEL=info "$horarun" -i "$SSH_KEY" -np 4 -H "$h1:2,$h2:2" \
+  "$bench" allreduce -b 4 -e 4M -f 64 -c 1 >"$tmp/out" 2>&1
+code=$?
+[ "$code" = 0 ] && grep -q "Out of bounds values : 0 OK" "$tmp/out" && ! grep -q "hierarchical collectives ready" "$tmp/out"
+check "HORA_HIERARCHICAL_ALLREDUCE=0 before horarun: every rank runs flat, correct (code $code)" $?
+odd="a b  'c' \"d\" \$e \\f \`g\`;
+second line ünï 漢字 *"
+on_host 1 env HORA_ODD_VALUE="$odd" SSH_HORA_PROBE=1 DISPLAY=:42 HORA_X_PROBE=launcher "$horarun" -i "$SSH_KEY" -np 2 \
+  -H "$h1:1,$h2:1" -x HORA_X_PROBE="by -x" sh -c \
+  'printf "%s|%s|%s|%s" "$HORA_ODD_VALUE" "${SSH_HORA_PROBE-unset}" "${DISPLAY-unset}" "$HORA_X_PROBE" \
+     >"'"$tmp"'/env.$HORA_RANK"' >"$tmp/out" 2>&1
+[ "$(cat "$tmp/env.1")" = "$odd|unset|unset|by -x" ] && [ "$(cat "$tmp/env.0")" = "$odd|1|:42|by -x" ]
+check "a remote rank gets the launcher's variables intact over ssh, -x winning, but not SSH_* or DISPLAY" $?
+on_host 1 env HORA_BIG_VALUE="$(head -c 130000 /dev/zero | tr '\0' x)" "$horarun" -i "$SSH_KEY" -np 2 \
+  -H "$h1:1,$h2:1" sh -c 'echo "size-$HORA_RANK-${#HORA_BIG_VALUE}"' >"$tmp/out" 2>&1
+code=$?
+[ "$code" = 0 ] && grep -q "size-1-130000" "$tmp/out"
+check "an environment larger than one command-line argument reaches a remote rank whole (code $code)" $?
+start_ms=$(date +%s%3N)
+run -np 4 -H "$h1:2,$h2:2" sh -c '[ "$HORA_CROSS_RANK" = 1 ] && export HORA_HIERARCHICAL_ALLREDUCE=0
+  exec '"$bench"' allreduce -b 4 -e 4 -n 1 -w 0' >"$tmp/out" 2>&1
+code=$?
+took=$(( $(date +%s%3N) - start_ms ))
+[ "$code" != 0 ] && [ "$took" -lt 10000 ] &&
+  grep -q "HORA_HIERARCHICAL_ALLREDUCE is '0' on ranks 2-3 but 'auto' (the default) on ranks 0-1" "$tmp/out"
+check "a knob set on one host only fails the job at init, naming it ($took ms incl. ssh start-up, code $code)" $?
+
 # The flat algorithms (hierarchy off), each over shared memory between the ranks of a host and
 # TCP between hosts: the log says so on every rank that shares its host.
 for spec in "$h1:2,$h2:2" "$h1:3,$h2:1" "$h1:1,$h2:1,$h3:2"; do

@@ -1,8 +1,9 @@
 """The `horovodrun` command of the compatibility package: horarun under Horovod's name.
 
-horarun takes horovodrun's common flags (-np, -H/--hosts, --hostfile, -p, -i, --start-timeout,
---verbose, --output-filename, --network-interface, the tuning flags); `horarun --help` lists
-them. What it lacks is refused by its parser with the flag's name.
+horarun takes every flag of horovodrun's parser with its meaning (--config-file included), but
+the elastic and autotune ones, in horovodrun's groups (`horarun --help`); what cannot apply
+here (--jsrun, NCCL's flags) is refused saying why, and the rest by its parser with the flag's
+name.
 """
 
 import os
