@@ -19,6 +19,7 @@ constexpr const char* kTimeline = "timeline arguments";
 constexpr const char* kStallCheck = "stall check arguments";
 constexpr const char* kLibrary = "library arguments";
 constexpr const char* kLogging = "logging arguments";
+constexpr const char* kAutotune = "autotune arguments";
 constexpr const char* kHidden = "";  // accepted, not listed (horovodrun hides these too)
 
 constexpr KnobFlag kKnobFlags[] = {
@@ -65,6 +66,17 @@ constexpr KnobFlag kKnobFlags[] = {
      "Show the time in hora's log lines (the default)"},
     {"--no-log-hide-timestamp", "HORA_LOG_HIDE_TIME", C::kSwitch, "0", 0, 0, kHidden,
      "Show the time in hora's log lines (horovodrun's old name)"},
+    {"--autotune", "HORA_AUTOTUNE", C::kSwitch, "1", 0, 0, kAutotune, "Tune the engine's knobs while the job trains"},
+    {"--autotune-log-file", "HORA_AUTOTUNE_LOG", C::kVerbatim, "", 0, 0, kAutotune,
+     "Write every autotuning sample to this CSV"},
+    {"--autotune-warmup-samples", "HORA_AUTOTUNE_WARMUP_SAMPLES", C::kInteger, "", 0, 1000, kAutotune,
+     "Autotuning samples discarded at the start"},
+    {"--autotune-steps-per-sample", "HORA_AUTOTUNE_STEPS_PER_SAMPLE", C::kInteger, "", 1, 100000, kAutotune,
+     "Training steps per autotuning sample"},
+    {"--autotune-bayes-opt-max-samples", "HORA_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", C::kInteger, "", 1, 1000, kAutotune,
+     "Scored autotuning samples before the best parameters are kept"},
+    {"--autotune-gaussian-process-noise", "HORA_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", C::kDecimal, "", 0, 100, kAutotune,
+     "Noise the autotuner's Gaussian process assumes"},
 };
 
 std::string helpOf(const KnobFlag& f) {

@@ -102,6 +102,22 @@ class HORA_API Communicator {
   // Returns false on timeout. Consumes nothing.
   bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd = -1);
 
+  // The planner's tunable choices (autotuning, Note [autotuning] in the engine): the ring
+  // threshold that applies to this communicator's world (the shared-memory one when every peer
+  // is over shared memory) and the hierarchical allreduce / allgather choices, which matter only
+  // when the hierarchy is possible (several hosts with the same number of ranks each).
+  struct PlanTuning {
+    size_t ring_threshold_bytes = 0;
+    HierarchyChoice hierarchical_allreduce = HierarchyChoice::kAuto;
+    HierarchyChoice hierarchical_allgather = HierarchyChoice::kAuto;
+    bool hierarchy_possible = false;  // read only
+    bool shared_memory = false;       // read only: the threshold is HORA_SHM_RING_THRESHOLD's
+  };
+  PlanTuning planTuning() const;
+  // Every rank calls it between the same two collectives (the plan must agree everywhere). The
+  // hierarchy's inner groups, once built, keep their own thresholds.
+  void setPlanTuning(const PlanTuning& tuning);
+
   // How a collective of this many bytes runs, for timelines and logs (the planner's choice, the
   // one the collective itself makes): "ring over tcp", "recursive doubling over shared memory",
   // "ring over shared memory + tcp" (ranks on several hosts: shared memory between the ranks of a

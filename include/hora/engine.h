@@ -69,6 +69,37 @@ class HORA_API Handle {
   std::shared_ptr<State> state_;
 };
 
+// HORA_AUTOTUNE and the bounds of its search (Horovod's HOROVOD_AUTOTUNE_*; docs/autotune.md).
+struct HORA_API AutotuneOptions {
+  bool enabled = false;       // HORA_AUTOTUNE
+  std::string log;            // HORA_AUTOTUNE_LOG: a CSV of every sample, written by rank 0
+  int warmup_samples = 3;     // HORA_AUTOTUNE_WARMUP_SAMPLES
+  int steps_per_sample = 10;  // HORA_AUTOTUNE_STEPS_PER_SAMPLE
+  int max_samples = 20;       // HORA_AUTOTUNE_BAYES_OPT_MAX_SAMPLES
+  double noise = 0.8;         // HORA_AUTOTUNE_GAUSSIAN_PROCESS_NOISE
+  // The HORA_* names of the tunable knobs the user set: they keep their values.
+  std::vector<std::string> fixed;
+  bool operator==(const AutotuneOptions&) const = default;
+};
+
+// What the autotuner sets, applied by every rank at the same cycle (Engine::tuningHistory).
+struct TunedParameters {
+  size_t fusion_threshold = 0;             // HORA_FUSION_THRESHOLD
+  std::chrono::microseconds cycle_time{0};  // HORA_CYCLE_TIME
+  bool cache_enabled = true;               // the response cache in use (HORA_CACHE_CAPACITY > 0)
+  size_t ring_threshold = 0;  // the world's: HORA_SHM_RING_THRESHOLD over shared memory, else HORA_RING_THRESHOLD
+  size_t bucket_bytes = 0;    // HORA_BUCKET_BYTES
+  HierarchyChoice hierarchical_allreduce = HierarchyChoice::kAuto;  // tuned only across hosts
+  HierarchyChoice hierarchical_allgather = HierarchyChoice::kAuto;
+  bool operator==(const TunedParameters&) const = default;
+};
+
+struct TuningRecord {
+  uint64_t cycle = 0;  // the engine cycle (EngineStats::cycles) that applied it, the same on every rank
+  TunedParameters parameters;
+  bool final = false;  // the search ended: these are the best parameters found, kept from now on
+};
+
 // The initializers mirror the knob registry's defaults, and a test fails when they differ (Note
 // [one source for defaults] in src/common/knobs.h).
 struct HORA_API EngineOptions {
@@ -82,6 +113,7 @@ struct HORA_API EngineOptions {
   bool timeline_mark_cycles = false;          // HORA_TIMELINE_MARK_CYCLES
   bool timeline_all_ranks = false;            // HORA_TIMELINE_ALL_RANKS: a file per rank
   std::vector<int> thread_affinity;           // HORA_THREAD_AFFINITY: a core per local rank, empty = any
+  AutotuneOptions autotune;                   // HORA_AUTOTUNE*: Note [autotuning]
   static EngineOptions fromEnvironment();
   bool operator==(const EngineOptions&) const = default;
 };
@@ -141,6 +173,9 @@ class HORA_API Engine {
   void shutdown(const std::string& why = "");
 
   EngineStats stats() const;
+  // The parameters the autotuner applied to process set 0, in order (empty without
+  // HORA_AUTOTUNE); the last one is `final` once the search has ended.
+  std::vector<TuningRecord> tuningHistory() const;
 
   // How many threads of this process compute (e.g. torch's intra-op threads; 1 by default).
   // hora's waiting threads spin only while those leave them a core (Note [who may spin] in

@@ -78,6 +78,9 @@ class CommunicatorImpl {
   const bootstrap::Connection& connection() const { return world_.connection(); }
   const Identity& identity() const { return connection().identity; }
   const CommunicatorOptions& options() const { return options_; }
+  // Only the world's plan changes: options() stays what the communicator was created with,
+  // which splits (on other threads) read.
+  void retune(const CommunicatorOptions& options) { world_.setOptions(options); }
   int size() const { return world_.size(); }
   int rank() const { return world_.rank(); }
   const collectives::Group& world() const { return world_; }
@@ -184,6 +187,22 @@ Communicator::~Communicator() = default;
 
 const Identity& Communicator::identity() const { return impl_->identity(); }
 const CommunicatorOptions& Communicator::options() const { return impl_->options(); }
+
+Communicator::PlanTuning Communicator::planTuning() const {
+  const CommunicatorOptions& o = impl_->world().options();
+  const collectives::GroupShape& shape = impl_->world().shape();
+  return {shape.shared_memory ? o.shm_ring_threshold_bytes : o.ring_threshold_bytes, o.hierarchical,
+          o.hierarchical_allgather, shape.even_hosts, shape.shared_memory};
+}
+
+void Communicator::setPlanTuning(const PlanTuning& tuning) {
+  CommunicatorOptions o = impl_->world().options();
+  (impl_->world().shape().shared_memory ? o.shm_ring_threshold_bytes : o.ring_threshold_bytes) =
+      tuning.ring_threshold_bytes;
+  o.hierarchical = tuning.hierarchical_allreduce;
+  o.hierarchical_allgather = tuning.hierarchical_allgather;
+  impl_->retune(o);
+}
 
 std::unique_ptr<Communicator> Communicator::split(const std::vector<int>& members, const std::string& key) const {
   const auto bad = [&](const std::string& why) { throw InvalidArgumentError("split '" + key + "': " + why); };

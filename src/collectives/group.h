@@ -31,6 +31,11 @@ class Group {
   // The context of this group's next collective: its sequence number, a deadline one timeout away.
   Context next(CollectiveKind op, std::string_view name);
   uint32_t sequence() const { return sequence_; }
+  const GroupShape& shape() const { return shape_; }
+  const CommunicatorOptions& options() const { return options_; }
+  // The options later collectives plan with (autotuning changes the plan's thresholds between
+  // collectives, alike on every rank).
+  void setOptions(const CommunicatorOptions& options) { options_ = options; }
 
  private:
   bootstrap::Connection connection_;

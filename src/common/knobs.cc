@@ -68,6 +68,24 @@ constexpr KnobSpec kKnobs[] = {
      "How long a waiting rank may retry, yielding the CPU between tries, before it sleeps in "
      "poll(): lower latency for small messages. It spins only while no compute thread of its "
      "process needs the core and its last waits ended within the spin. 0 = always sleep."},
+    {"HORA_AUTOTUNE", "HOROVOD_AUTOTUNE", G::kTuning, S::kJob, "0",
+     "1 = tune the fusion threshold, cycle time, response cache, ring threshold, bucket size "
+     "and (across hosts) the hierarchical allreduce/allgather while the job trains, by Bayesian "
+     "optimisation of the bytes allreduced per second (docs/autotune.md). Knobs set explicitly "
+     "stay fixed."},
+    {"HORA_AUTOTUNE_LOG", "HOROVOD_AUTOTUNE_LOG", G::kTuning, S::kRank, "",
+     "CSV file to which rank 0 writes every autotuning sample (parameters and score), then the "
+     "best parameters; empty = no file."},
+    {"HORA_AUTOTUNE_WARMUP_SAMPLES", "HOROVOD_AUTOTUNE_WARMUP_SAMPLES", G::kTuning, S::kRank, "3",
+     "Autotuning: samples discarded at the start while the job warms up."},
+    {"HORA_AUTOTUNE_STEPS_PER_SAMPLE", "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE", G::kTuning, S::kRank, "10",
+     "Autotuning: training steps per sample (a step ends when a tensor name is allreduced "
+     "again)."},
+    {"HORA_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", G::kTuning, S::kRank, "20",
+     "Autotuning: scored samples before the search ends and the best parameters are kept."},
+    {"HORA_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", G::kTuning, S::kRank, "0.8",
+     "Autotuning: noise (standard deviation, in units of the scores' spread) the Gaussian process "
+     "assumes in each score; higher trusts single samples less."},
     {"HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", G::kTuning, S::kJob, "1024",
      "Entries of the engine's response cache; 0 turns it off (every cycle negotiates in full)."},
     {"HORA_CYCLE_TIME", "HOROVOD_CYCLE_TIME", G::kTuning, S::kRank, "1",

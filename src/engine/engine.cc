@@ -53,6 +53,7 @@ void Engine::startTimeline(const std::string& path, bool mark_cycles, bool all_r
 }
 void Engine::stopTimeline() { sets_->world().stopTimeline(); }
 EngineStats Engine::stats() const { return sets_->world().stats(); }
+std::vector<TuningRecord> Engine::tuningHistory() const { return sets_->world().tuningHistory(); }
 void Engine::setComputeThreads(int threads) { common::CpuShare::process().setComputeThreads(threads); }
 
 }  // namespace hora

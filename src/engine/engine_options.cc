@@ -38,6 +38,17 @@ EngineOptions engineOptionsFrom(const common::Env& env) {
     o.thread_affinity.push_back(core);
     start = comma + 1;
   }
+  o.autotune.enabled = env.getBool("HORA_AUTOTUNE");
+  o.autotune.log = env.getString("HORA_AUTOTUNE_LOG");
+  o.autotune.warmup_samples = static_cast<int>(env.getInt("HORA_AUTOTUNE_WARMUP_SAMPLES", 0, 1000));
+  o.autotune.steps_per_sample = static_cast<int>(env.getInt("HORA_AUTOTUNE_STEPS_PER_SAMPLE", 1, 100000));
+  o.autotune.max_samples = static_cast<int>(env.getInt("HORA_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", 1, 1000));
+  o.autotune.noise = env.getDouble("HORA_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", 0.0, 100.0);
+  // Knobs the user chose are not the autotuner's to change (Note [autotuning]).
+  for (const char* name : {"HORA_FUSION_THRESHOLD", "HORA_CYCLE_TIME", "HORA_CACHE_CAPACITY", "HORA_RING_THRESHOLD",
+                           "HORA_SHM_RING_THRESHOLD", "HORA_BUCKET_BYTES", "HORA_HIERARCHICAL_ALLREDUCE",
+                           "HORA_HIERARCHICAL_ALLGATHER"})
+    if (env.isSet(name)) o.autotune.fixed.emplace_back(name);
   return o;
 }
 

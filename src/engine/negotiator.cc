@@ -15,7 +15,7 @@ void Negotiator::admit(std::vector<Submission> fresh) {
   for (auto& l : fresh) {
     const std::string name = l.meta.name;  // not in flight: the Runtime refuses a second enqueue
     tracer_.begin(name, "NEGOTIATE_" + eventNameOf(l.meta.op));
-    const int slot = cache_.find(name, rank_, l.meta);
+    const int slot = cache_enabled_ ? cache_.find(name, rank_, l.meta) : -1;
     if (slot >= 0) cached_waiting_[slot] = name;
     else to_announce_.push_back(name);
     in_flight_.emplace(name, std::move(l));
@@ -102,6 +102,7 @@ void Negotiator::negotiateInFull(std::vector<Response>& ready, std::vector<std::
 }
 
 void Negotiator::remember(std::vector<Response>& ready, const std::vector<std::string>& fully_negotiated) {
+  if (!cache_enabled_) return;
   for (auto& r : ready) {
     // A response with stand-ins, or a join, is not what the next step will submit.
     if (!r.error.empty() || !r.joined.empty() || r.metas[0].op == CollectiveKind::kJoin ||

@@ -50,6 +50,10 @@ class Negotiator {
   void failAll(std::exception_ptr error);
 
   const PendingTable& table() const { return table_; }
+  // The autotuner switches the response cache on every rank at the same cycle. Off: new
+  // submissions are announced in full and nothing more is cached; names cached before keep
+  // their slots until negotiated afresh (alike on every rank, since the table is replicated).
+  void setCacheEnabled(bool enabled) { cache_enabled_ = enabled; }
 
  private:
   Communicator& comm_;
@@ -61,6 +65,7 @@ class Negotiator {
   std::vector<std::string> to_announce_;         // in-flight names for the next full negotiation
   PendingTable table_;
   ResponseCache cache_;
+  bool cache_enabled_ = true;
 };
 
 }  // namespace hora::engine

@@ -62,6 +62,7 @@ int ProcessSets::add(std::vector<int> ranks) {
   if (std::binary_search(ranks.begin(), ranks.end(), world_->identity().rank)) {
     EngineOptions options = options_;
     options.timeline.clear();  // the timeline records set 0
+    options.autotune.enabled = false;  // and the autotuner tunes set 0 only (Note [autotuning])
     set.runtime = std::make_shared<Runtime>(world_->communicator().split(ranks, "set" + std::to_string(id)), options);
   }
   std::lock_guard lock(mutex_);

@@ -39,6 +39,14 @@ Runtime::Runtime(std::unique_ptr<Communicator> comm, const EngineOptions& option
                   finish(name, nullptr, std::move(shape));
                 }),
       doorbell_(std::make_shared<Doorbell>()) {
+  bucket_bytes_ = options.bucket_bytes;
+  const Communicator::PlanTuning plan = comm_->planTuning();
+  tuned_ = {options.fusion_threshold, options.cycle_time, options.cache_capacity > 0, plan.ring_threshold_bytes,
+            options.bucket_bytes, plan.hierarchical_allreduce, plan.hierarchical_allgather};
+  if (options.autotune.enabled)
+    tuner_ = std::make_unique<ParameterManager>(
+        options.autotune, tuned_, plan.shared_memory ? "HORA_SHM_RING_THRESHOLD" : "HORA_RING_THRESHOLD",
+        plan.hierarchy_possible, rank_ == 0);
   if (!options.timeline.empty())
     timeline_request_ = TimelineRequest{options.timeline, options.timeline_mark_cycles, options.timeline_all_ranks};
   applyTimelineRequest();  // before the thread starts: a bad path fails the constructor
@@ -133,14 +141,14 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
         "after its previous submission completed; give concurrent operations different names")));
   }
   // Note [buckets]: an allreduce nobody waits for yet may wait for company.
-  const bool may_hold = request.op == CollectiveKind::kAllreduce && !done && options_.bucket_bytes > 0;
+  const bool may_hold = request.op == CollectiveKind::kAllreduce && !done && bucket_bytes_ > 0;
   auto state = std::make_shared<Handle::State>();
   state->callback = std::move(done);
   state->doorbell = doorbell_;
   Handle handle(state);
   if (may_hold) held_bytes_ += static_cast<size_t>(meta.elements()) * dataTypeSize(meta.type);
   queue_.push_back({std::move(request), std::move(meta), state});
-  const bool ring = !may_hold || held_bytes_ >= options_.bucket_bytes;
+  const bool ring = !may_hold || held_bytes_ >= bucket_bytes_;
   if (ring) {
     held_bytes_ = 0;
     doorbell_->release();
@@ -201,7 +209,7 @@ void Runtime::loop() {
     while (true) {
       const CycleResult result = cycle();
       if (result == CycleResult::kStop) break;
-      if (result == CycleResult::kWorked || options_.cycle_time.count() == 0) continue;
+      if (result == CycleResult::kWorked || tuned_.cycle_time.count() == 0) continue;
       waitUntilSomeRankHasWork();
     }
     failEverything(std::make_exception_ptr(ShutdownError(departures_)));
@@ -261,7 +269,7 @@ std::chrono::milliseconds Runtime::idleTimeout() const {
     due = std::min(due, *oldest + options_.stall_check);
   if (options_.stall_shutdown.count() > 0 && *oldest + options_.stall_shutdown > now)
     due = std::min(due, *oldest + options_.stall_shutdown);
-  const auto floor = std::max(std::chrono::duration_cast<milliseconds>(options_.cycle_time), milliseconds(1));
+  const auto floor = std::max(std::chrono::duration_cast<milliseconds>(tuned_.cycle_time), milliseconds(1));
   return std::max(std::chrono::duration_cast<milliseconds>(due - now) + milliseconds(1), floor);
 }
 
@@ -271,7 +279,9 @@ Runtime::CycleResult Runtime::cycle() {
   tracer_.cycleStart();
   ControlVector control = controlVector(admitQueued());
   control.agree(*comm_);
+  ++cycles_run_;
   if (control.someRankPassedStallLimit()) throwStallShutdown();
+  if (control.someRankRetunes()) applyTuning();
   EngineStats delta;
   delta.cycles = 1;
   std::vector<Response> ready = negotiator_.takeCached(control);
@@ -297,6 +307,7 @@ Runtime::CycleResult Runtime::cycle() {
     stats_.fused_allreduces += fused;
   }
   const bool ran = !ready.empty();
+  if (tuner_ && rank_ == 0) recordForTuning(ready);
   negotiator_.remember(ready, fully_negotiated);
   warnStalls();
   if (control.someRankStops()) {
@@ -331,10 +342,47 @@ bool Runtime::admitQueued() {
 ControlVector Runtime::controlVector(bool stopping) const {
   ControlVector control = negotiator_.controlVector();
   if (stopping) control.markStopping();
+  if (tuner_ && tuner_->hasProposal()) control.markRetuning();
   // Stall shutdown is decided by the first rank whose clock passes the limit; the Min tells
   // everyone in the same cycle.
   if (stallLimitPassed()) control.markStallLimitPassed();
   return control;
+}
+
+std::vector<TuningRecord> Runtime::tuningHistory() const {
+  std::lock_guard lock(mutex_);
+  return tuning_history_;
+}
+
+// Note [autotuning]: every rank is in this cycle (the control allreduce said rank 0 retunes), so
+// every rank joins the broadcast and applies the same parameters before anything of this cycle
+// runs. A rank without HORA_AUTOTUNE still follows rank 0.
+void Runtime::applyTuning() {
+  ParameterManager::Wire wire{};
+  if (tuner_ && rank_ == 0) wire = tuner_->proposal();
+  comm_->broadcast(wire.data(), wire.size(), DataType::kFloat64, 0);
+  bool final = false;
+  const TunedParameters p = ParameterManager::decode(wire, &final);
+  if (tuner_) tuner_->apply(wire, Clock::now());
+  tuned_ = p;
+  negotiator_.setCacheEnabled(p.cache_enabled);
+  Communicator::PlanTuning plan = comm_->planTuning();
+  plan.ring_threshold_bytes = p.ring_threshold;
+  plan.hierarchical_allreduce = p.hierarchical_allreduce;
+  plan.hierarchical_allgather = p.hierarchical_allgather;
+  comm_->setPlanTuning(plan);
+  std::lock_guard lock(mutex_);
+  bucket_bytes_ = p.bucket_bytes;
+  tuning_history_.push_back({cycles_run_, p, final});
+}
+
+void Runtime::recordForTuning(const std::vector<Response>& ran) {
+  std::vector<std::pair<std::string, size_t>> allreduced;
+  for (const auto& r : ran) {
+    if (!r.error.empty() || r.metas.empty() || r.metas[0].op != CollectiveKind::kAllreduce) continue;
+    allreduced.emplace_back(r.name, static_cast<size_t>(r.metas[0].elements()) * dataTypeSize(r.metas[0].type));
+  }
+  tuner_->record(allreduced, Clock::now());
 }
 
 void Runtime::addStats(const EngineStats& delta) {
@@ -352,7 +400,7 @@ uint64_t Runtime::execute(const std::vector<Response>& ready) {
     if (r.error.empty()) tracer_.begin(r.name, "QUEUE");
   }
   uint64_t fused = 0;
-  for (const FusionGroup& g : fusionGroups(ready, options_.fusion_threshold)) {
+  for (const FusionGroup& g : fusionGroups(ready, tuned_.fusion_threshold)) {
     const Response& head = ready[g.first];
     if (!head.error.empty()) {
       // The request of that name fails, on every rank.

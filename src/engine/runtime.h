@@ -20,6 +20,7 @@
 #include "engine/executor.h"
 #include "engine/handle.h"
 #include "engine/negotiator.h"
+#include "engine/parameter_manager.h"
 #include "engine/submission.h"
 #include "engine/timeline.h"
 #include "hora/engine.h"
@@ -38,6 +39,7 @@ class Runtime {
   // errors (Note [departures]). Idempotent: the first reason stands.
   void shutdown(const std::string& why = "");
   EngineStats stats() const;
+  std::vector<TuningRecord> tuningHistory() const;
   void startTimeline(const std::string& path, bool mark_cycles, bool all_ranks);
   void stopTimeline();
 
@@ -69,19 +71,25 @@ class Runtime {
   // "#41 allreduce 'grad.3' ok, #42 ..." : this rank's last operations, for stall messages.
   std::string recentOperations() const;
   void applyTimelineRequest();
+  // Note [autotuning]: joins the broadcast of the coordinator's parameters and applies them.
+  void applyTuning();
+  // Tells the autotuner what this cycle allreduced.
+  void recordForTuning(const std::vector<Response>& ran);
 
   std::unique_ptr<Communicator> comm_;
   const EngineOptions options_;
   const int rank_, size_;
 
-  // guards queue_, names_in_flight_, held_bytes_, stopping_, stop_reason_, fatal_, stats_,
-  // timeline_request_
+  // guards queue_, names_in_flight_, held_bytes_, bucket_bytes_, stopping_, stop_reason_, fatal_,
+  // stats_, timeline_request_, tuning_history_
   mutable std::mutex mutex_;
   std::vector<Submission> queue_;
   // Every name enqueued and not completed yet: a second enqueue of one fails at once (Horovod
   // raises at enqueue, on the rank that made the mistake only).
   std::set<std::string> names_in_flight_;
   size_t held_bytes_ = 0;  // of the allreduces in queue_ queued without waking the engine
+  size_t bucket_bytes_;    // HORA_BUCKET_BYTES, or what the autotuner set
+  std::vector<TuningRecord> tuning_history_;
   bool stopping_ = false;
   std::string stop_reason_;  // why this rank stops (Note [departures])
   std::exception_ptr fatal_;
@@ -93,6 +101,9 @@ class Runtime {
   std::optional<TimelineRequest> timeline_request_;  // applied by the engine thread
 
   // Engine thread only:
+  TunedParameters tuned_;  // what is in force: the options, or what the autotuner set
+  std::unique_ptr<ParameterManager> tuner_;  // with HORA_AUTOTUNE only
+  uint64_t cycles_run_ = 0;
   Tracer tracer_;
   Negotiator negotiator_;
   Executor executor_;

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/knobs.h"
+#include "engine/engine_options.h"
 #include "expect_error.h"
 #include "launcher/flags.h"
 #include "launcher/knob_flags.h"
@@ -103,6 +104,41 @@ TEST(KnobFlags, NamedFlagsAndKnobSetTheRanksVariables) {
   EXPECT_EQ(c.job.knobs, expected);
   EXPECT_EQ(c.job.network_interface, "lo");
   EXPECT_EQ(c.job.command, (std::vector<std::string>{"true", "--knob"}));  // the command's own arguments
+}
+
+// horovodrun's --autotune flags set HORA_AUTOTUNE*, and the ranks read them (or the
+// HOROVOD_AUTOTUNE* aliases) into EngineOptions::autotune.
+TEST(KnobFlags, AutotuneFlagsAreHorovodrunsAndReachTheEngineOptions) {
+  const CommandLine c = parse({"-np", "2", "--autotune", "--autotune-log-file", "at.csv", "--autotune-warmup-samples",
+                               "2", "--autotune-steps-per-sample", "7", "--autotune-bayes-opt-max-samples", "40",
+                               "--autotune-gaussian-process-noise", "0.5", "--fusion-threshold-mb", "2", "true"});
+  ASSERT_EQ(c.action, CommandLine::Action::kRun);
+  const std::map<std::string, std::string> expected = {{"HORA_AUTOTUNE", "1"},
+                                                       {"HORA_AUTOTUNE_LOG", "at.csv"},
+                                                       {"HORA_AUTOTUNE_WARMUP_SAMPLES", "2"},
+                                                       {"HORA_AUTOTUNE_STEPS_PER_SAMPLE", "7"},
+                                                       {"HORA_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "40"},
+                                                       {"HORA_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", "0.500000"},
+                                                       {"HORA_FUSION_THRESHOLD", "2097152"}};
+  EXPECT_EQ(c.job.knobs, expected);
+  const EngineOptions o = engine::engineOptionsFrom(common::Env::fromMap(c.job.knobs));
+  EXPECT_TRUE(o.autotune.enabled);
+  EXPECT_EQ(o.autotune.log, "at.csv");
+  EXPECT_EQ(o.autotune.warmup_samples, 2);
+  EXPECT_EQ(o.autotune.steps_per_sample, 7);
+  EXPECT_EQ(o.autotune.max_samples, 40);
+  EXPECT_EQ(o.autotune.noise, 0.5);
+  EXPECT_EQ(o.autotune.fixed, std::vector<std::string>{"HORA_FUSION_THRESHOLD"}) << "a knob the user set stays fixed";
+  const EngineOptions h = engine::engineOptionsFrom(common::Env::fromMap(
+      {{"HOROVOD_AUTOTUNE", "1"}, {"HOROVOD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", "60"}, {"HOROVOD_CYCLE_TIME", "3"}}));
+  EXPECT_TRUE(h.autotune.enabled);
+  EXPECT_EQ(h.autotune.max_samples, 60);
+  EXPECT_EQ(h.autotune.fixed, std::vector<std::string>{"HORA_CYCLE_TIME"});
+  ::testing::internal::CaptureStderr();
+  const CommandLine zero = parse({"-np", "1", "--autotune-steps-per-sample", "0", "true"});
+  EXPECT_EQ(zero.action, CommandLine::Action::kExit);
+  EXPECT_NE(zero.exit_code, 0);
+  ::testing::internal::GetCapturedStderr();
 }
 
 TEST(KnobFlags, AKnobSetTwiceOrABadOneEndsHorarunWithCode2) {
