@@ -22,18 +22,20 @@ struct LogRange {
   }
   size_t fromUnit(double x) const { return static_cast<size_t>(std::llround(std::exp2(lo + x * (hi - lo)))); }
 };
-constexpr LogRange kFusionRange{16, 27}, kRingRange{10, 24}, kBucketRange{14, 26};
+// The ring threshold stays at 4 KiB or more: the engine's control allreduce (a byte per cache
+// slot, about 1 KiB) must stay below it, or across hosts the planner's `auto` would send it
+// through the hierarchy, whose connections an idle engine does not watch (Note [idle engine]).
+constexpr LogRange kFusionRange{16, 27}, kRingRange{12, 24}, kBucketRange{14, 26};
 constexpr double kMaxCycleMs = 10;
 // Scored samples that are random before the model takes over (including the starting point).
 constexpr size_t kRandomStart = 3;
 
-// A three-way choice on [0, 1]: never, auto, always.
-double choiceToUnit(HierarchyChoice c) {
-  return c == HierarchyChoice::kNever ? 1.0 / 6 : c == HierarchyChoice::kAuto ? 0.5 : 5.0 / 6;
-}
-HierarchyChoice choiceFromUnit(double x) {
-  return x < 1.0 / 3 ? HierarchyChoice::kNever : x < 2.0 / 3 ? HierarchyChoice::kAuto : HierarchyChoice::kAlways;
-}
+// The hierarchical choices on [0, 1]: never below 0.5, auto above. Not `always`: it would route
+// the engine's small control allreduce through the hierarchy too, which an idle engine cannot
+// hear (Note [idle engine]); `auto` uses the hierarchy for every message above the ring
+// threshold, which the search moves as well.
+double choiceToUnit(HierarchyChoice c) { return c == HierarchyChoice::kNever ? 0.25 : 0.75; }
+HierarchyChoice choiceFromUnit(double x) { return x < 0.5 ? HierarchyChoice::kNever : HierarchyChoice::kAuto; }
 const char* choiceText(HierarchyChoice c) {
   return c == HierarchyChoice::kNever ? "0" : c == HierarchyChoice::kAuto ? "auto" : "1";
 }

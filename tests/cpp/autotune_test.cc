@@ -214,6 +214,16 @@ TEST(ParameterManager, AnUnwritableLogIsRefusedNamingTheKnob) {
                 "HORA_AUTOTUNE_LOG=/nonexistent-dir/at.csv");
 }
 
+// Whether the search has ended on every rank. A rank's engine may apply the final parameters in
+// a cycle another rank's next step started before this rank looked, so the ranks agree (a Min
+// allreduce) before they stop stepping together.
+bool everyRankSawTheEnd(Engine& e) {
+  const auto h = e.tuningHistory();
+  std::vector<float> flag(1);
+  submitFilled(e, "search ended", flag, !h.empty() && h.back().final ? 1.0f : 0.0f, ReduceOp::kMin).wait(20s);
+  return flag[0] == 1.0f;
+}
+
 // Every rank applies the same parameters at the same cycle, the allreduces stay right while the
 // parameters change under them, and the knobs the user set are never touched.
 TEST(Autotune, EveryRankAppliesTheSameParametersAtTheSameCycle) {
@@ -226,12 +236,10 @@ TEST(Autotune, EveryRankAppliesTheSameParametersAtTheSameCycle) {
   expectNoErrors(runEngines(n, [&](Engine& e) {
     std::mt19937 rng(static_cast<unsigned>(e.identity().rank) + 3u);
     const auto deadline = std::chrono::steady_clock::now() + 60s;
-    // Steps of 40 tensors; until the search has ended on this rank, and then one more step so
-    // that every rank saw the final record (it arrives on all of them in the same cycle).
+    // Steps of 40 tensors until the search has ended.
     while (std::chrono::steady_clock::now() < deadline) {
       submitAndCheck(e, 1, 40, 2, 3000, rng);
-      const auto h = e.tuningHistory();
-      if (!h.empty() && h.back().final) break;
+      if (everyRankSawTheEnd(e)) break;
     }
     e.barrier().wait(20s);
     histories[static_cast<size_t>(e.identity().rank)] = e.tuningHistory();
@@ -252,6 +260,40 @@ TEST(Autotune, EveryRankAppliesTheSameParametersAtTheSameCycle) {
     varied = varied || rec.parameters.bucket_bytes != o.bucket_bytes;
   }
   EXPECT_TRUE(varied);
+}
+
+// Two pretend hosts: the hierarchical choices join the search, the plan switches between the
+// flat and the hierarchical allreduce under running steps, and every result stays right.
+TEST(Autotune, AcrossHostsTheHierarchicalChoicesAreTunedToo) {
+  const int n = 4;
+  EngineOptions o;
+  o.autotune = tuneOptions(1, 2, 20);
+  // Starting flat, so that the first of the search's (seeded) random points that picks `auto`
+  // switches the hierarchy on under running steps.
+  CommunicatorOptions flat = testOptions();
+  flat.hierarchical = flat.hierarchical_allgather = HierarchyChoice::kNever;
+  // The plan's knobs only, so that the samples search them.
+  o.autotune.fixed = {"HORA_FUSION_THRESHOLD", "HORA_CYCLE_TIME", "HORA_CACHE_CAPACITY", "HORA_BUCKET_BYTES"};
+  std::vector<std::vector<TuningRecord>> histories(n);
+  expectNoErrors(runEngines(n, [&](Engine& e) {
+    std::mt19937 rng(static_cast<unsigned>(e.identity().rank) + 9u);
+    const auto deadline = std::chrono::steady_clock::now() + 90s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      submitAndCheck(e, 1, 30, 1, 40000, rng);
+      if (everyRankSawTheEnd(e)) break;
+    }
+    e.barrier().wait(20s);
+    histories[static_cast<size_t>(e.identity().rank)] = e.tuningHistory();
+  }, o, flat, {"a", "b", "a", "b"}));
+  ASSERT_EQ(histories[0].size(), 20u);
+  bool switched = false;
+  for (int r = 1; r < n; ++r)
+    for (size_t i = 0; i < histories[0].size(); ++i)
+      EXPECT_EQ(histories[static_cast<size_t>(r)][i].parameters, histories[0][i].parameters) << "rank " << r;
+  for (const auto& rec : histories[0])
+    switched = switched || rec.parameters.hierarchical_allreduce != HierarchyChoice::kNever ||
+               rec.parameters.hierarchical_allgather != HierarchyChoice::kNever;
+  EXPECT_TRUE(switched) << "the search never switched the hierarchy on";
 }
 
 TEST(Autotune, WithoutHoraAutotuneNothingIsTuned) {
