@@ -17,8 +17,8 @@ namespace hora::launcher {
 namespace {
 
 // Note [horovodrun's flags]: horarun takes every flag of horovodrun (Horovod 0.28.1,
-// horovod/runner/launch.py), in horovodrun's groups, except the elastic and autotune ones
-// (their own issues). Each is one of: a flag of horarun's own below; a knob flag (knob_flags.h);
+// horovod/runner/launch.py), in horovodrun's groups, except the elastic ones
+// (their own issue). Each is one of: a flag of horarun's own below; a knob flag (knob_flags.h);
 // accepted with no effect because hora already behaves as the flag asks (kNoEffect); or refused,
 // saying why it cannot apply (kRefused). tests/cpp/horovodrun_flags_test.cc holds horovodrun's
 // list and checks each against this parser.
