@@ -37,6 +37,7 @@ at::Tensor expectedReduction(hora::ReduceOp op, at::ScalarType type, int64_t n =
       case hora::ReduceOp::kMin: acc = at::minimum(acc, x); break;
       case hora::ReduceOp::kMax: acc = at::maximum(acc, x); break;
       case hora::ReduceOp::kProduct: acc = acc * x; break;
+      case hora::ReduceOp::kAdasum: ADD_FAILURE() << "not element-wise"; break;
     }
   }
   if (op == hora::ReduceOp::kAverage) {
