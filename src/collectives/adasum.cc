@@ -7,6 +7,7 @@
 
 #include "collectives/half.h"
 #include "collectives/reduce.h"
+#include "collectives/reduce16.h"  // HORA_X86_64_V3_KERNELS
 #include "hora/errors.h"
 
 namespace hora::collectives {
@@ -46,6 +47,8 @@ const double kTinyNormSquared = std::sqrt(DBL_MIN);
 // versions, [3t + 1] the norm squared of the left rank's version, [3t + 2] the right rank's.
 using Sums = std::vector<double>;
 
+constexpr size_t kLanes = 8;
+
 // Sends `out_bytes` from `out` to the partner while receiving `in_bytes` into `in`. A side with
 // nothing to move is left out: both ranks know the sizes, so they leave out the same frames.
 void exchange(Context& ctx, int peer, const void* out, size_t out_bytes, void* in, size_t in_bytes) {
@@ -62,22 +65,94 @@ Window clip(const std::vector<size_t>& offsets, size_t t, Window w) {
   return lo < hi ? Window{lo, hi} : Window{lo, lo};
 }
 
-// Sums of this rank's window; `mine` is indexed by buffer position, `theirs` from w.lo.
+#if HORA_X86_64_V3_KERNELS
+#define HORA_KERNEL __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define HORA_KERNEL
+#endif
+// The loops are inlined into the two kernels below, which are compiled for baseline x86-64 and
+// for x86-64-v3 (AVX2, FMA), chosen at load time as the reduction kernels are (reduce.cc).
+#define HORA_INLINE [[gnu::always_inline]] inline
+
+// dot(mine, theirs), |mine|^2, |theirs|^2 over [lo, hi); `mine` and `theirs` start at lo.
 template <typename C>
-void localSums(const typename C::Storage* mine, const typename C::Storage* theirs, Window w,
-               const std::vector<size_t>& offsets, bool left, Sums& sums) {
+HORA_INLINE void dotAndNorms(const void* mine_v, const void* theirs_v, size_t n, double out[3]) {
+  const auto* mine = static_cast<const typename C::Storage*>(mine_v);
+  const auto* theirs = static_cast<const typename C::Storage*>(theirs_v);
+  // kLanes independent partial sums: one chain of dependent additions per sum would leave the
+  // loop waiting on the adder's latency, and independent lanes let the compiler vectorize.
+  double dots[kLanes] = {}, mms[kLanes] = {}, tts[kLanes] = {};
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    for (size_t l = 0; l < kLanes; ++l) {
+      const double a = C::load(mine[i + l]), b = C::load(theirs[i + l]);
+      dots[l] += a * b;
+      mms[l] += a * a;
+      tts[l] += b * b;
+    }
+  }
+  for (; i < n; ++i) {
+    const double a = C::load(mine[i]), b = C::load(theirs[i]);
+    dots[0] += a * b;
+    mms[0] += a * a;
+    tts[0] += b * b;
+  }
+  out[0] = out[1] = out[2] = 0;
+  for (size_t l = 0; l < kLanes; ++l) {
+    out[0] += dots[l];
+    out[1] += mms[l];
+    out[2] += tts[l];
+  }
+}
+
+template <typename C>
+HORA_INLINE void scaledAdd(void* mine_v, const void* theirs_v, size_t n, double c_mine, double c_theirs) {
+  using F = typename C::Compute;
+  auto* mine = static_cast<typename C::Storage*>(mine_v);
+  const auto* theirs = static_cast<const typename C::Storage*>(theirs_v);
+  const F cm = static_cast<F>(c_mine), ct = static_cast<F>(c_theirs);
+  for (size_t i = 0; i < n; ++i)
+    mine[i] = C::store(cm * static_cast<F>(C::load(mine[i])) + ct * static_cast<F>(C::load(theirs[i])));
+}
+
+HORA_KERNEL void dotAndNormsKernel(DataType type, const void* mine, const void* theirs, size_t n, double out[3]) {
+  switch (type) {
+    case DataType::kFloat32: return dotAndNorms<Native<float>>(mine, theirs, n, out);
+    case DataType::kFloat64: return dotAndNorms<Native<double>>(mine, theirs, n, out);
+    case DataType::kFloat16: return dotAndNorms<Narrow<Half>>(mine, theirs, n, out);
+    default: return dotAndNorms<Narrow<BFloat16>>(mine, theirs, n, out);
+  }
+}
+
+HORA_KERNEL void scaledAddKernel(DataType type, void* mine, const void* theirs, size_t n, double c_mine,
+                                 double c_theirs) {
+  switch (type) {
+    case DataType::kFloat32: return scaledAdd<Native<float>>(mine, theirs, n, c_mine, c_theirs);
+    case DataType::kFloat64: return scaledAdd<Native<double>>(mine, theirs, n, c_mine, c_theirs);
+    case DataType::kFloat16: return scaledAdd<Narrow<Half>>(mine, theirs, n, c_mine, c_theirs);
+    default: return scaledAdd<Narrow<BFloat16>>(mine, theirs, n, c_mine, c_theirs);
+  }
+}
+
+// The buffer of one rank during the algorithm: its own data, indexed by buffer position, and
+// the partner's version of its window, indexed from the window's start.
+struct Halves {
+  DataType type;
+  size_t elem;
+  std::byte* mine;
+  std::byte* theirs;
+  const std::byte* mineAt(size_t i) const { return mine + i * elem; }
+};
+
+// Sums of this rank's window (see Sums).
+void localSums(const Halves& h, Window w, const std::vector<size_t>& offsets, bool left, Sums& sums) {
   for (size_t t = 0; t + 1 < offsets.size(); ++t) {
     const Window part = clip(offsets, t, w);
-    double dot = 0, mm = 0, tt = 0;
-    for (size_t i = part.lo; i < part.hi; ++i) {
-      const double a = C::load(mine[i]), b = C::load(theirs[i - w.lo]);
-      dot += a * b;
-      mm += a * a;
-      tt += b * b;
-    }
-    sums[3 * t] = dot;
-    sums[3 * t + 1] = left ? mm : tt;
-    sums[3 * t + 2] = left ? tt : mm;
+    double s[3] = {0, 0, 0};
+    if (part.size() > 0) dotAndNormsKernel(h.type, h.mineAt(part.lo), h.theirs + (part.lo - w.lo) * h.elem, part.size(), s);
+    sums[3 * t] = s[0];
+    sums[3 * t + 1] = left ? s[1] : s[2];
+    sums[3 * t + 2] = left ? s[2] : s[1];
   }
 }
 
@@ -94,30 +169,24 @@ void sumOverGroup(Context& ctx, int level, Sums& sums, Sums& incoming) {
 }
 
 // mine = c_mine * mine + c_theirs * theirs over the window, with each tensor's coefficients.
-template <typename C>
-void combine(typename C::Storage* mine, const typename C::Storage* theirs, Window w,
-             const std::vector<size_t>& offsets, bool left, const Sums& sums) {
-  using F = typename C::Compute;
+void combine(const Halves& h, Window w, const std::vector<size_t>& offsets, bool left, const Sums& sums) {
   for (size_t t = 0; t + 1 < offsets.size(); ++t) {
     const Window part = clip(offsets, t, w);
     if (part.size() == 0) continue;
     const double dot = sums[3 * t], left_sq = sums[3 * t + 1], right_sq = sums[3 * t + 2];
     const double c_left = left_sq >= kTinyNormSquared ? 1.0 - dot / left_sq * 0.5 : 1.0;
     const double c_right = right_sq >= kTinyNormSquared ? 1.0 - dot / right_sq * 0.5 : 1.0;
-    const F c_mine = static_cast<F>(left ? c_left : c_right), c_theirs = static_cast<F>(left ? c_right : c_left);
-    for (size_t i = part.lo; i < part.hi; ++i)
-      mine[i] = C::store(c_mine * static_cast<F>(C::load(mine[i])) + c_theirs * static_cast<F>(C::load(theirs[i - w.lo])));
+    scaledAddKernel(h.type, h.mine + part.lo * h.elem, h.theirs + (part.lo - w.lo) * h.elem, part.size(),
+                    left ? c_left : c_right, left ? c_right : c_left);
   }
 }
 
-template <typename C>
-void vhdd(Context& ctx, std::byte* buffer, size_t count, const std::vector<size_t>& offsets) {
-  using S = typename C::Storage;
+void vhdd(Context& ctx, DataType type, std::byte* buffer, size_t count, const std::vector<size_t>& offsets) {
   const int n = ctx.transport.size(), r = ctx.transport.rank();
-  S* data = reinterpret_cast<S*>(buffer);
+  const size_t elem = dataTypeSize(type);
   // The partner's version of this rank's half: at most the first half of the whole buffer.
-  ctx.scratch.resize(std::max(ctx.scratch.size(), (count - count / 2) * sizeof(S)));
-  S* theirs = reinterpret_cast<S*>(ctx.scratch.data());
+  ctx.scratch.resize(std::max(ctx.scratch.size(), (count - count / 2) * elem));
+  const Halves h{type, elem, buffer, ctx.scratch.data()};
   Sums sums(3 * (offsets.size() - 1)), incoming(sums.size());
   std::vector<Window> parents;  // the window before each halving, for the allgather
   Window w{0, count};
@@ -126,18 +195,18 @@ void vhdd(Context& ctx, std::byte* buffer, size_t count, const std::vector<size_
     const size_t mid = w.lo + w.size() / 2;
     const Window keep = left ? Window{w.lo, mid} : Window{mid, w.hi};
     const Window give = left ? Window{mid, w.hi} : Window{w.lo, mid};
-    exchange(ctx, r ^ level, data + give.lo, give.size() * sizeof(S), theirs, keep.size() * sizeof(S));
+    exchange(ctx, r ^ level, buffer + give.lo * elem, give.size() * elem, h.theirs, keep.size() * elem);
     parents.push_back(w);
     w = keep;
-    localSums<C>(data, theirs, w, offsets, left, sums);
+    localSums(h, w, offsets, left, sums);
     sumOverGroup(ctx, level, sums, incoming);
-    combine<C>(data, theirs, w, offsets, left, sums);
+    combine(h, w, offsets, left, sums);
   }
   for (int level = n / 2; level >= 1; level >>= 1) {
     const Window parent = parents.back();
     parents.pop_back();
     const Window other = (r & level) == 0 ? Window{w.hi, parent.hi} : Window{parent.lo, w.lo};
-    exchange(ctx, r ^ level, data + w.lo, w.size() * sizeof(S), data + other.lo, other.size() * sizeof(S));
+    exchange(ctx, r ^ level, buffer + w.lo * elem, w.size() * elem, buffer + other.lo * elem, other.size() * elem);
     w = parent;
   }
 }
@@ -166,13 +235,8 @@ void adasumAllreduce(Context& ctx, const std::byte* send, std::byte* recv, size_
   const size_t bytes = count * dataTypeSize(type);
   if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
   const std::vector<size_t> offsets = tensorOffsets(count, o.tensor_counts);
-  switch (type) {
-    case DataType::kFloat32: vhdd<Native<float>>(ctx, recv, count, offsets); break;
-    case DataType::kFloat64: vhdd<Native<double>>(ctx, recv, count, offsets); break;
-    case DataType::kFloat16: vhdd<Narrow<Half>>(ctx, recv, count, offsets); break;
-    case DataType::kBFloat16: vhdd<Narrow<BFloat16>>(ctx, recv, count, offsets); break;
-    default: throw InternalError("adasum: " + std::string(toString(type)) + " reached the algorithm");
-  }
+  if (!isFloatingPoint(type)) throw InternalError("adasum: " + std::string(toString(type)) + " reached the algorithm");
+  vhdd(ctx, type, recv, count, offsets);
   if (o.postscale != 1.0) scale(type, recv, recv, count, o.postscale);
 }
 
