@@ -105,14 +105,17 @@ HORA_INLINE void dotAndNorms(const void* mine_v, const void* theirs_v, size_t n,
   }
 }
 
+// out = c_mine * mine + c_theirs * theirs over n elements (out may be mine).
 template <typename C>
-HORA_INLINE void scaledAdd(void* mine_v, const void* theirs_v, size_t n, double c_mine, double c_theirs) {
+HORA_INLINE void scaledAdd(void* out_v, const void* mine_v, const void* theirs_v, size_t n, double c_mine,
+                           double c_theirs) {
   using F = typename C::Compute;
-  auto* mine = static_cast<typename C::Storage*>(mine_v);
+  auto* out = static_cast<typename C::Storage*>(out_v);
+  const auto* mine = static_cast<const typename C::Storage*>(mine_v);
   const auto* theirs = static_cast<const typename C::Storage*>(theirs_v);
   const F cm = static_cast<F>(c_mine), ct = static_cast<F>(c_theirs);
   for (size_t i = 0; i < n; ++i)
-    mine[i] = C::store(cm * static_cast<F>(C::load(mine[i])) + ct * static_cast<F>(C::load(theirs[i])));
+    out[i] = C::store(cm * static_cast<F>(C::load(mine[i])) + ct * static_cast<F>(C::load(theirs[i])));
 }
 
 HORA_KERNEL void dotAndNormsKernel(DataType type, const void* mine, const void* theirs, size_t n, double out[3]) {
@@ -124,35 +127,54 @@ HORA_KERNEL void dotAndNormsKernel(DataType type, const void* mine, const void* 
   }
 }
 
-HORA_KERNEL void scaledAddKernel(DataType type, void* mine, const void* theirs, size_t n, double c_mine,
-                                 double c_theirs) {
+HORA_KERNEL void scaledAddKernel(DataType type, void* out, const void* mine, const void* theirs, size_t n,
+                                 double c_mine, double c_theirs) {
   switch (type) {
-    case DataType::kFloat32: return scaledAdd<Native<float>>(mine, theirs, n, c_mine, c_theirs);
-    case DataType::kFloat64: return scaledAdd<Native<double>>(mine, theirs, n, c_mine, c_theirs);
-    case DataType::kFloat16: return scaledAdd<Narrow<Half>>(mine, theirs, n, c_mine, c_theirs);
-    default: return scaledAdd<Narrow<BFloat16>>(mine, theirs, n, c_mine, c_theirs);
+    case DataType::kFloat32: return scaledAdd<Native<float>>(out, mine, theirs, n, c_mine, c_theirs);
+    case DataType::kFloat64: return scaledAdd<Native<double>>(out, mine, theirs, n, c_mine, c_theirs);
+    case DataType::kFloat16: return scaledAdd<Narrow<Half>>(out, mine, theirs, n, c_mine, c_theirs);
+    default: return scaledAdd<Narrow<BFloat16>>(out, mine, theirs, n, c_mine, c_theirs);
   }
 }
 
-// The buffer of one rank during the algorithm: its own data, indexed by buffer position, and
-// the partner's version of its window, indexed from the window's start.
-struct Halves {
+// One rank's buffers. Before the first halving this rank's data is in `source` (the caller's send
+// buffer: an out-of-place allreduce copies nothing), afterwards in `buffer`, the result; both are
+// indexed by buffer position. `theirs` holds the partner's version of this rank's window,
+// indexed from the window's start.
+struct Buffers {
   DataType type;
   size_t elem;
-  std::byte* mine;
+  const std::byte* source;
+  std::byte* buffer;
   std::byte* theirs;
-  const std::byte* mineAt(size_t i) const { return mine + i * elem; }
 };
 
-// Sums of this rank's window (see Sums).
-void localSums(const Halves& h, Window w, const std::vector<size_t>& offsets, bool left, Sums& sums) {
-  for (size_t t = 0; t + 1 < offsets.size(); ++t) {
-    const Window part = clip(offsets, t, w);
-    double s[3] = {0, 0, 0};
-    if (part.size() > 0) dotAndNormsKernel(h.type, h.mineAt(part.lo), h.theirs + (part.lo - w.lo) * h.elem, part.size(), s);
-    sums[3 * t] = s[0];
-    sums[3 * t + 1] = left ? s[1] : s[2];
-    sums[3 * t + 2] = left ? s[2] : s[1];
+// Sends `give` to the partner while receiving its version of window w into `theirs`, and adds up
+// each tensor's sums (see Sums) chunk by chunk as the chunks land: the landed chunk is still in
+// cache and the next one is on the wire (Note [transfer sets]). `mine` is this rank's data.
+void exchangeAndSum(Context& ctx, int peer, const std::byte* give, size_t give_bytes, const std::byte* mine,
+                    const Buffers& b, Window w, const std::vector<size_t>& offsets, bool left, Sums& sums) {
+  Sums raw(sums.size(), 0.0);  // per tensor: dot, |mine|^2, |theirs|^2
+  Transfer xs[2];
+  size_t k = 0;
+  if (give_bytes > 0) xs[k++] = Transfer::send(peer, give, give_bytes);
+  if (w.size() > 0)
+    xs[k++] = Transfer::recvChunks(peer, w.size() * b.elem, [&](size_t off, const std::byte* chunk, size_t len) {
+      std::memcpy(b.theirs + off, chunk, len);
+      const Window landed{w.lo + off / b.elem, w.lo + (off + len) / b.elem};
+      for (size_t t = 0; t + 1 < offsets.size(); ++t) {
+        const Window part = clip(offsets, t, landed);
+        if (part.size() == 0) continue;
+        double s[3];
+        dotAndNormsKernel(b.type, mine + part.lo * b.elem, b.theirs + (part.lo - w.lo) * b.elem, part.size(), s);
+        for (size_t j = 0; j < 3; ++j) raw[3 * t + j] += s[j];
+      }
+    });
+  if (k > 0) ctx.transport.run(std::span<Transfer>(xs, k), ctx.tag, ctx.deadline);
+  for (size_t t = 0; 3 * t < sums.size(); ++t) {
+    sums[3 * t] = raw[3 * t];
+    sums[3 * t + 1] = left ? raw[3 * t + 1] : raw[3 * t + 2];
+    sums[3 * t + 2] = left ? raw[3 * t + 2] : raw[3 * t + 1];
   }
 }
 
@@ -168,45 +190,53 @@ void sumOverGroup(Context& ctx, int level, Sums& sums, Sums& incoming) {
   }
 }
 
-// mine = c_mine * mine + c_theirs * theirs over the window, with each tensor's coefficients.
-void combine(const Halves& h, Window w, const std::vector<size_t>& offsets, bool left, const Sums& sums) {
+// buffer = c_mine * mine + c_theirs * theirs over window w, with each tensor's coefficients.
+void combine(const Buffers& b, const std::byte* mine, Window w, const std::vector<size_t>& offsets, bool left,
+             const Sums& sums) {
   for (size_t t = 0; t + 1 < offsets.size(); ++t) {
     const Window part = clip(offsets, t, w);
     if (part.size() == 0) continue;
     const double dot = sums[3 * t], left_sq = sums[3 * t + 1], right_sq = sums[3 * t + 2];
     const double c_left = left_sq >= kTinyNormSquared ? 1.0 - dot / left_sq * 0.5 : 1.0;
     const double c_right = right_sq >= kTinyNormSquared ? 1.0 - dot / right_sq * 0.5 : 1.0;
-    scaledAddKernel(h.type, h.mine + part.lo * h.elem, h.theirs + (part.lo - w.lo) * h.elem, part.size(),
-                    left ? c_left : c_right, left ? c_right : c_left);
+    scaledAddKernel(b.type, b.buffer + part.lo * b.elem, mine + part.lo * b.elem,
+                    b.theirs + (part.lo - w.lo) * b.elem, part.size(), left ? c_left : c_right,
+                    left ? c_right : c_left);
   }
 }
 
-void vhdd(Context& ctx, DataType type, std::byte* buffer, size_t count, const std::vector<size_t>& offsets) {
+void vhdd(Context& ctx, DataType type, const std::byte* send, std::byte* recv, size_t count,
+          const std::vector<size_t>& offsets) {
   const int n = ctx.transport.size(), r = ctx.transport.rank();
   const size_t elem = dataTypeSize(type);
+  if (n == 1) {
+    if (send != recv && count > 0) std::memcpy(recv, send, count * elem);
+    return;
+  }
   // The partner's version of this rank's half: at most the first half of the whole buffer.
   ctx.scratch.resize(std::max(ctx.scratch.size(), (count - count / 2) * elem));
-  const Halves h{type, elem, buffer, ctx.scratch.data()};
+  const Buffers b{type, elem, send, recv, ctx.scratch.data()};
   Sums sums(3 * (offsets.size() - 1)), incoming(sums.size());
   std::vector<Window> parents;  // the window before each halving, for the allgather
   Window w{0, count};
+  const std::byte* mine = b.source;
   for (int level = 1; level < n; level <<= 1) {
     const bool left = (r & level) == 0;
     const size_t mid = w.lo + w.size() / 2;
     const Window keep = left ? Window{w.lo, mid} : Window{mid, w.hi};
     const Window give = left ? Window{mid, w.hi} : Window{w.lo, mid};
-    exchange(ctx, r ^ level, buffer + give.lo * elem, give.size() * elem, h.theirs, keep.size() * elem);
+    exchangeAndSum(ctx, r ^ level, mine + give.lo * elem, give.size() * elem, mine, b, keep, offsets, left, sums);
     parents.push_back(w);
     w = keep;
-    localSums(h, w, offsets, left, sums);
     sumOverGroup(ctx, level, sums, incoming);
-    combine(h, w, offsets, left, sums);
+    combine(b, mine, w, offsets, left, sums);
+    mine = b.buffer;
   }
   for (int level = n / 2; level >= 1; level >>= 1) {
     const Window parent = parents.back();
     parents.pop_back();
     const Window other = (r & level) == 0 ? Window{w.hi, parent.hi} : Window{parent.lo, w.lo};
-    exchange(ctx, r ^ level, buffer + w.lo * elem, w.size() * elem, buffer + other.lo * elem, other.size() * elem);
+    exchange(ctx, r ^ level, recv + w.lo * elem, w.size() * elem, recv + other.lo * elem, other.size() * elem);
     w = parent;
   }
 }
@@ -232,11 +262,8 @@ std::string whyNotAdasum(int ranks, size_t count, std::span<const size_t> tensor
 
 void adasumAllreduce(Context& ctx, const std::byte* send, std::byte* recv, size_t count, DataType type,
                      const AllreduceOptions& o) {
-  const size_t bytes = count * dataTypeSize(type);
-  if (send != recv && bytes > 0) std::memcpy(recv, send, bytes);
-  const std::vector<size_t> offsets = tensorOffsets(count, o.tensor_counts);
   if (!isFloatingPoint(type)) throw InternalError("adasum: " + std::string(toString(type)) + " reached the algorithm");
-  vhdd(ctx, type, recv, count, offsets);
+  vhdd(ctx, type, send, recv, count, tensorOffsets(count, o.tensor_counts));
   if (o.postscale != 1.0) scale(type, recv, recv, count, o.postscale);
 }
 

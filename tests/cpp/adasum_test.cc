@@ -168,7 +168,8 @@ std::string paramName(const ::testing::TestParamInfo<Param>& info) {
 
 class Adasum : public ::testing::TestWithParam<Param> {};
 
-void runCase(const Case& c, bool fused, double prescale = 1.0, double postscale = 1.0) {
+void runCase(const Case& c, bool fused, double prescale = 1.0, double postscale = 1.0,
+             const CommunicatorOptions& options = testOptions()) {
   runThreads(c.n, [&](Communicator& comm) {
     const int r = comm.rank();
     std::vector<std::byte> out(c.inputs[static_cast<size_t>(r)].size());
@@ -176,7 +177,7 @@ void runCase(const Case& c, bool fused, double prescale = 1.0, double postscale 
     if (fused) o.tensor_counts = c.counts;
     comm.allreduce(c.inputs[static_cast<size_t>(r)].data(), out.data(), out.size() / dataTypeSize(c.type), c.type, o);
     c.check(r, out, prescale * postscale);
-  });
+  }, options);
 }
 
 TEST_P(Adasum, OneTensorMatchesTheReference) {
@@ -218,6 +219,18 @@ TEST(AdasumReference, FusedDiffersFromOneTensorOfTheWholeBuffer) {
   for (size_t i = 0; i < 40; ++i)
     largest_difference = std::max(largest_difference, std::abs(fused.expected[1][i] - whole.expected[0][i + 1]));
   EXPECT_GT(largest_difference, 1e-3);
+}
+
+// The partner's half arrives in chunks and each chunk's dot products are added as it lands:
+// 48-byte chunks split tensors and tensors end inside chunks, over shared memory and TCP.
+TEST(AdasumChunks, TinyChunksSplitTensorsOverBothTransports) {
+  for (TransportChoice transport : {TransportChoice::kSharedMemory, TransportChoice::kTcp}) {
+    CommunicatorOptions o = testOptions();
+    o.chunk_bytes = 48;
+    o.transport = transport;
+    runCase(Case(4, DataType::kFloat32, {5, 0, 1000, 1, 37, 260}, 9), true, 1.0, 1.0, o);
+    runCase(Case(8, DataType::kFloat16, {13, 300}, 10), true, 1.0, 1.0, o);
+  }
 }
 
 TEST(AdasumScales, PrescaleCancelsAndPostscaleMultiplies) {
