@@ -140,3 +140,28 @@ def test_distributed_optimizer_adasum_reduces_the_step_deltas():
         params = [params[i] + adasum_numpy([d[i] for d in deltas]) for i in range(2)]
         for i in range(2):
             np.testing.assert_allclose(after[step][i].numpy(), params[i], rtol=1e-9, atol=1e-12)
+
+
+def test_distributed_optimizer_adasum_accumulates_backward_passes():
+    """backward_passes_per_step=2: the gradients of two passes add up locally, then one local step
+    and one Adasum of its delta (Horovod's gradient accumulation with Adasum)."""
+    skip_unless_power_of_two()
+    torch.manual_seed(11)
+    model = torch.nn.Linear(D_IN, D_OUT).double()
+    initial = [model.weight.detach().clone(), model.bias.detach().clone()]
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR),
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum,
+                                   backward_passes_per_step=2)
+    opt.zero_grad()
+    for step in (3, 4):  # two batches, one optimizer step
+        x, y = batch(hvd.rank(), step)
+        torch.nn.functional.mse_loss(model(x), y, reduction="sum").backward()
+    opt.step()
+    got = [model.weight.detach().clone(), model.bias.detach().clone()]
+    deltas = []
+    for q in range(hvd.size()):
+        g3, g4 = gradients(initial, q, 3), gradients(initial, q, 4)
+        deltas.append([-LR * (a + b) for a, b in zip(g3, g4)])
+    for i in range(2):
+        want = initial[i].numpy() + adasum_numpy([d[i] for d in deltas])
+        np.testing.assert_allclose(got[i].numpy(), want, rtol=1e-9, atol=1e-12)
