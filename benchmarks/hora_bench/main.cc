@@ -55,9 +55,12 @@ double busFactor(CollectiveKind op, int n) {
   }
 }
 
-// Element values with exact reductions: small integers (products of 1s and 2s).
+// Element values with exact reductions: small integers (products of 1s and 2s). Adasum's inputs
+// are alike on every rank: Adasum of equal vectors is that vector (both coefficients are 1/2),
+// exactly, while it still computes every dot product.
 double valueOf(int rank, size_t i, ReduceOp op) {
   if (op == ReduceOp::kProduct) return static_cast<double>((rank + i) % 2 + 1);
+  if (op == ReduceOp::kAdasum) return static_cast<double>(i % 5);
   return static_cast<double>((static_cast<size_t>(rank) + i) % 5);
 }
 
@@ -111,6 +114,7 @@ double reduced(ReduceOp input_op, int n, size_t i, DataType type) {
       case ReduceOp::kProduct: acc *= x; break;
       case ReduceOp::kMin: acc = std::min(acc, x); break;
       case ReduceOp::kMax: acc = std::max(acc, x); break;
+      case ReduceOp::kAdasum: acc = x; break;  // every rank holds the same vector (valueOf)
     }
   }
   if (op == ReduceOp::kAverage) acc = floating ? acc / n : std::trunc(acc / n);
@@ -313,7 +317,7 @@ int main(int argc, char** argv) {
   app.add_option("-e,--maxbytes", max_size, "Largest size in bytes (K, M, G suffixes)");
   app.add_option("-f,--stepfactor", cfg.factor, "Multiply the size by this between rows")->check(CLI::Range(1.0, 1e6));
   app.add_option("-d,--datatype", type, "uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool");
-  app.add_option("-o,--op", redop, "sum, average, min, max, product");
+  app.add_option("-o,--op", redop, "sum, average, min, max, product, adasum (a power-of-two number of ranks)");
   app.add_option("-r,--root", cfg.root, "Root of broadcast");
   app.add_option("-n,--iters", cfg.iters, "Timed iterations per size")->check(CLI::Range(1, 1000000));
   app.add_option("-w,--warmup_iters", cfg.warmup, "Untimed iterations per size")->check(CLI::Range(0, 1000000));

@@ -47,6 +47,7 @@ typedef enum hora_reduce_op {
   HORA_MIN = 2,
   HORA_MAX = 3,
   HORA_PRODUCT = 4,
+  HORA_ADASUM = 5, /* allreduce of floating-point tensors on a power-of-two number of ranks */
 } hora_reduce_op;
 
 /* Joins the job described by the HORA_* environment (size 1 when none is set). */

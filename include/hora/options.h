@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <span>
 #include <string>
 
 #include "hora/export.h"
@@ -23,6 +24,10 @@ struct AllreduceOptions {
   ReduceOp op = ReduceOp::kSum;
   double prescale = 1.0;   // every input is multiplied by this before the reduction
   double postscale = 1.0;  // the result is multiplied by this (by this / n for Average)
+  // Adasum only: element counts of the tensors laid end to end in the buffer (they must add up to
+  // the count), each of which gets its own coefficients; empty means the buffer is one tensor.
+  // Not owned: it must outlive the call.
+  std::span<const size_t> tensor_counts = {};
 };
 
 struct RendezvousOptions {

@@ -154,7 +154,7 @@ struct DistributedOptimizerOptions {
   // Gradients are accumulated locally over this many backward passes before one allreduce.
   int backward_passes_per_step = 1;
   Compression compression = Compression::kNone;
-  ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum
+  ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum (no Adasum optimizer here: hora.torch has it)
   // Average only: inputs are divided by this before the sum and the result multiplied by it
   // after the average (less overflow with fp16).
   double gradient_predivide_factor = 1.0;

@@ -33,8 +33,13 @@ enum class ReduceOp : int32_t {
   kMin = 2,
   kMax = 3,
   kProduct = 4,
+  // Adaptive summation (Maleki et al., Horovod's Adasum): pairs of partial results a, b combine as
+  // (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b, per tensor, in Horovod's vector-halving
+  // distance-doubling order (Note [adasum] in src/collectives/adasum.h). Allreduce only, of
+  // floating-point tensors, on a power-of-two number of ranks; postscale multiplies the result.
+  kAdasum = 5,
 };
-inline constexpr int kNumReduceOps = 5;
+inline constexpr int kNumReduceOps = 6;
 
 // The one name of each collective, for the engine's requests, the negotiation's messages, the
 // wire tag of transport frames (hence one byte), the Python constants and hora-bench.

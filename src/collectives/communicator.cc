@@ -14,6 +14,7 @@
 #include "bootstrap/connect.h"
 #include "bootstrap/knob_agreement.h"
 #include "bootstrap/store_through_launcher.h"
+#include "collectives/adasum.h"
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
 #include "collectives/flight_recorder.h"
@@ -225,6 +226,11 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   checkBuffer(op, "send", send, count);
   checkBuffer(op, "recv", recv, count);
   const size_t bytes = checkedBytes(op, count, type);
+  if (o.op == ReduceOp::kAdasum) {
+    if (std::string why = collectives::whyNotAdasum(size(), count, o.tensor_counts); !why.empty()) detail::invalid(op, why);
+  } else if (!o.tensor_counts.empty()) {
+    detail::invalid(op, "tensor_counts are for Adasum only");
+  }
   impl_->checkUsable();
   if (count == 0) return;
   const auto* in = static_cast<const std::byte*>(send);
@@ -235,6 +241,12 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   }
   if (size() == 1) {
     collectives::finalize(type, o.op, out, in, count, 1, o.postscale);
+    return;
+  }
+  if (o.op == ReduceOp::kAdasum) {  // flat on every rank, as Horovod's CPU Adasum (Note [adasum])
+    impl_->collective(CollectiveKind::kAllreduce, op, bytes, [&](collectives::Context& ctx) {
+      collectives::adasumAllreduce(ctx, in, out, count, type, o);
+    });
     return;
   }
   const collectives::Plan plan = impl_->world().plan(CollectiveKind::kAllreduce, count, bytes, o.op);
@@ -293,6 +305,7 @@ void Communicator::reducescatter(const void* send, void* recv, std::span<const s
   constexpr std::string_view op = "reducescatter";
   checkType(op, type);
   checkOptions(op, type, o);
+  if (o.op == ReduceOp::kAdasum) detail::invalid(op, "Adasum is an allreduce only, as in Horovod");
   const size_t total = checkCounts(op, "recv_counts", recv_counts, size());
   checkBuffer(op, "send", send, total);
   checkBuffer(op, "recv", recv, recv_counts[static_cast<size_t>(rank())]);
@@ -353,6 +366,7 @@ std::vector<size_t> Communicator::exchangeCounts(std::span<const size_t> counts)
 std::string Communicator::algorithmFor(CollectiveKind collective, size_t bytes, ReduceOp op) const {
   if (collective == CollectiveKind::kJoin)
     throw InvalidArgumentError("algorithmFor: join is the engine's request, not a collective of the communicator");
+  if (collective == CollectiveKind::kAllreduce && op == ReduceOp::kAdasum) return "adasum (vhdd)";
   // (The element count is not known here; only tensors with fewer elements than ranks differ.)
   return impl_->world().describe(collective, impl_->world().plan(collective, SIZE_MAX, bytes, op));
 }

@@ -58,6 +58,7 @@ HORA_INLINE void reduceTyped(ReduceOp op, T* out, const T* a, const T* b, size_t
       return;
     case ReduceOp::kMin: binaryLoop(out, a, b, n, [](T x, T y) { return y < x ? y : x; }); return;
     case ReduceOp::kMax: binaryLoop(out, a, b, n, [](T x, T y) { return x < y ? y : x; }); return;
+    case ReduceOp::kAdasum: return;  // not element-wise: reduce() refuses it
   }
 }
 
@@ -94,6 +95,7 @@ HORA_INLINE void reduce16(ReduceOp op, uint16_t* out, const uint16_t* a, const u
     case ReduceOp::kProduct: run([](float x, float y) { return firstNaN(x, x * y); }); return;
     case ReduceOp::kMin: run([](float x, float y) { return y < x ? y : x; }); return;
     case ReduceOp::kMax: run([](float x, float y) { return x < y ? y : x; }); return;
+    case ReduceOp::kAdasum: return;  // not element-wise: reduce() refuses it
   }
 }
 
@@ -219,6 +221,8 @@ const Kernels16& kernels16() {
 }  // namespace
 
 void reduce(DataType type, ReduceOp op, void* out, const void* a, const void* b, size_t count) {
+  // Adasum's coefficients depend on whole tensors: only adasum.h combines its partial results.
+  if (op == ReduceOp::kAdasum) throw InternalError("reduce: Adasum is not an element-wise reduction");
   if (count == 0) return;
   if (!is16BitFloat(type)) {
     reduceKernel(type, op, out, a, b, count);
@@ -261,6 +265,9 @@ std::string whyNotReducible(DataType type, const AllreduceOptions& o) {
   if (op < 0 || op >= kNumReduceOps) return "unknown reduce op " + std::to_string(op);
   if (!std::isfinite(o.prescale)) return "prescale factor is not finite";
   if (!std::isfinite(o.postscale)) return "postscale factor is not finite";
+  if (o.op == ReduceOp::kAdasum && !isFloatingPoint(type))
+    return "Adasum reduces floating-point tensors only (float16, bfloat16, float32, float64); got " +
+           std::string(toString(type));
   if (type == DataType::kBool && o.op == ReduceOp::kAverage)
     return "bool tensors cannot be averaged (Sum is logical or, Product logical and)";
   if (type == DataType::kBool && (o.prescale != 1.0 || o.postscale != 1.0))

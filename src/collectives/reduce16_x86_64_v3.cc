@@ -226,6 +226,7 @@ void reduceLanes(ReduceOp op, uint16_t* out, const uint16_t* a, const uint16_t* 
     case ReduceOp::kProduct: binaryLoop<Lanes>(out, a, b, n, Multiply{}); return;
     case ReduceOp::kMin: binaryLoop<Lanes>(out, a, b, n, Minimum{}); return;
     case ReduceOp::kMax: binaryLoop<Lanes>(out, a, b, n, Maximum{}); return;
+    case ReduceOp::kAdasum: return;  // not element-wise: reduce() refuses it
   }
 }
 

@@ -10,7 +10,7 @@ constexpr std::string_view kTypeNames[] = {"uint8",   "int8",    "int32", "int64
                                            "bfloat16", "float32", "float64", "int16", "bool"};
 constexpr size_t kTypeSizes[] = {1, 1, 4, 8, 2, 2, 4, 8, 2, 1};
 static_assert(std::size(kTypeNames) == kNumDataTypes && std::size(kTypeSizes) == kNumDataTypes);
-constexpr std::string_view kOpNames[] = {"sum", "average", "min", "max", "product"};
+constexpr std::string_view kOpNames[] = {"sum", "average", "min", "max", "product", "adasum"};
 constexpr std::string_view kCollectiveNames[] = {"allreduce",     "allgather", "broadcast", "alltoall",
                                                  "reducescatter", "join",      "barrier"};
 static_assert(std::size(kCollectiveNames) == kNumCollectiveKinds);

@@ -116,8 +116,13 @@ void Executor::allreduceFused(std::span<const Response> group, const std::string
     tracer_.end(r.name);
     offset += bytes;
   }
+  // Adasum's coefficients are per tensor: it is told where each one lies in the buffer.
+  std::vector<size_t> counts;
+  for (const Response& r : group) counts.push_back(bytesOf(r) / elem);
+  AllreduceOptions fused = o;
+  if (o.op == ReduceOp::kAdasum) fused.tensor_counts = counts;
   for (const Response& r : group) tracer_.begin(r.name, "ALLREDUCE", args);
-  comm_.allreduce(fusion_.data(), fusion_.data(), total / elem, type, o);
+  comm_.allreduce(fusion_.data(), fusion_.data(), total / elem, type, fused);
   for (const Response& r : group) tracer_.end(r.name);
   offset = 0;
   for (const Response& r : group) {

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "collectives/adasum.h"
 #include "collectives/reduce.h"
 #include "common/cpu_share.h"
 #include "common/logging.h"
@@ -99,9 +100,19 @@ std::string invalidElements(const Request& request) {
   return reduces ? collectives::whyNotReducible(request.type, request.reduce) : std::string();
 }
 
-std::string invalidRequest(const Request& request, const RequestMeta& meta) {
+// Adasum: an allreduce on a power-of-two number of ranks, alike on every rank of the set, so all
+// of them refuse it here before anything is negotiated (Note [adasum] in collectives/adasum.h).
+std::string invalidAdasum(const Request& request, int ranks) {
+  if (request.reduce.op != ReduceOp::kAdasum) return {};
+  if (request.op == CollectiveKind::kReducescatter) return "Adasum is an allreduce only, as in Horovod";
+  if (request.op != CollectiveKind::kAllreduce) return {};
+  return collectives::whyNotAdasum(ranks, 0, {});
+}
+
+std::string invalidRequest(const Request& request, const RequestMeta& meta, int ranks) {
   if (request.name.empty()) return "enqueue: the request has no name";
   if (std::string why = invalidElements(request); !why.empty()) return "enqueue '" + request.name + "': " + why;
+  if (std::string why = invalidAdasum(request, ranks); !why.empty()) return "enqueue '" + request.name + "': " + why;
   if (meta.elements() > 0 && request.input == nullptr) return "enqueue '" + request.name + "': input is null";
   const bool fixed_output = request.op == CollectiveKind::kAllreduce || request.op == CollectiveKind::kBroadcast;
   if (fixed_output && meta.elements() > 0 && request.output == nullptr)
@@ -120,7 +131,7 @@ std::string invalidRequest(const Request& request, const RequestMeta& meta) {
 Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)> done) {
   auto reject = [&](std::exception_ptr e) { return failedHandle(e, std::move(done)); };
   RequestMeta meta = RequestMeta::of(request);
-  if (std::string why = invalidRequest(request, meta); !why.empty())
+  if (std::string why = invalidRequest(request, meta, size_); !why.empty())
     return reject(std::make_exception_ptr(InvalidArgumentError(why)));
   std::unique_lock lock(mutex_);
   if (fatal_) {

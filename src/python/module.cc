@@ -217,7 +217,8 @@ void bindConstants(py::module_& m) {
   py::dict ops;
   for (auto [name, o] : {std::pair{"Sum", hora::ReduceOp::kSum}, {"Average", hora::ReduceOp::kAverage},
                          {"Min", hora::ReduceOp::kMin}, {"Max", hora::ReduceOp::kMax},
-                         {"Product", hora::ReduceOp::kProduct}})
+                         {"Product", hora::ReduceOp::kProduct},
+                         {"Adasum", hora::ReduceOp::kAdasum}})
     ops[name] = static_cast<int>(o);
   m.attr("REDUCE_OPS") = ops;
 }

@@ -122,7 +122,9 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
                                std::to_string(options_.backward_passes_per_step));
   }
   if (options_.op != ReduceOp::kAverage && options_.op != ReduceOp::kSum) {
-    throw InvalidArgumentError("DistributedOptimizer: op must be Average or Sum");
+    // Horovod's Adasum optimizer (reducing the deltas of local steps) is hora.torch's only.
+    throw InvalidArgumentError("DistributedOptimizer: op must be Average or Sum (the Adasum optimizer is Python's; "
+                               "hvd::allreduce takes ReduceOp::kAdasum)");
   }
   if (options_.gradient_predivide_factor != 1.0 && options_.op != ReduceOp::kAverage) {
     throw InvalidArgumentError("DistributedOptimizer: gradient_predivide_factor needs op Average");

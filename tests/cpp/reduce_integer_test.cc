@@ -57,6 +57,7 @@ TEST(ReduceIntegers, Int16EveryOpOnALongUnalignedRun) {
         case ReduceOp::kMin: want = std::min(x, y); break;
         case ReduceOp::kMax: want = std::max(x, y); break;
         case ReduceOp::kProduct: want = x * y; break;
+        case ReduceOp::kAdasum: break;  // not element-wise, not in kOps
       }
       ASSERT_EQ(out[i], low16(want)) << toString(op) << " element " << i << ": " << x << ", " << y;
     }

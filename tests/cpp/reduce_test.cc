@@ -171,6 +171,7 @@ float apply(ReduceOp op, float x, float y) {
     case ReduceOp::kProduct: return arithmetic(x, y, x * y);
     case ReduceOp::kMin: return y < x ? y : x;
     case ReduceOp::kMax: return x < y ? y : x;
+    case ReduceOp::kAdasum: break;  // not element-wise (adasum_test.cc)
   }
   return 0;
 }

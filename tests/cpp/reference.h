@@ -104,6 +104,7 @@ inline double expectedReduction(DataType t, ReduceOp op, int size, size_t i, dou
       case ReduceOp::kProduct: acc *= x; break;
       case ReduceOp::kMin: acc = std::min(acc, x); break;
       case ReduceOp::kMax: acc = std::max(acc, x); break;
+      case ReduceOp::kAdasum: ADD_FAILURE() << "Adasum's reference is adasum_test.cc's"; break;
     }
   }
   const double factor = op == ReduceOp::kAverage ? postscale / size : postscale;

@@ -37,6 +37,7 @@ at::Tensor expectedReduction(hora::ReduceOp op, at::ScalarType type, int64_t n =
       case hora::ReduceOp::kMin: acc = at::minimum(acc, x); break;
       case hora::ReduceOp::kMax: acc = at::maximum(acc, x); break;
       case hora::ReduceOp::kProduct: acc = acc * x; break;
+      case hora::ReduceOp::kAdasum: ADD_FAILURE() << "not element-wise"; break;
     }
   }
   if (op == hora::ReduceOp::kAverage) {
@@ -173,6 +174,48 @@ TEST(Collectives, BoolReducesLogicallyAndTravelsAsItIs) {
   scaled.op = hora::ReduceOp::kSum;
   scaled.postscale_factor = 2.0;
   EXPECT_THROW(hvd::allreduce(boolsOf(hvd::rank()), scaled), hora::InvalidArgumentError);
+}
+
+// Adasum of one tensor from its formula: (1 - a.b/2|a|^2) a + (1 - a.b/2|b|^2) b over a pairwise
+// tree of the ranks (0 with 1, 2 with 3, then the pairs), in double.
+at::Tensor adasumReference(at::ScalarType type, int64_t n) {
+  std::vector<at::Tensor> level;
+  for (int r = 0; r < hvd::size(); ++r) level.push_back(inputOf(r, type, n).to(at::kDouble));
+  while (level.size() > 1) {
+    std::vector<at::Tensor> next;
+    for (size_t i = 0; i < level.size(); i += 2) {
+      const at::Tensor &a = level[i], &b = level[i + 1];
+      const double dot = at::dot(a, b).item<double>(), aa = at::dot(a, a).item<double>(),
+                   bb = at::dot(b, b).item<double>();
+      next.push_back((1 - dot / (2 * aa)) * a + (1 - dot / (2 * bb)) * b);
+    }
+    level = std::move(next);
+  }
+  return level[0];
+}
+
+TEST(Collectives, AdasumMatchesItsFormula) {
+  const int n = hvd::size();
+  hvd::ReduceOptions options;
+  options.op = hora::ReduceOp::kAdasum;
+  if (n & (n - 1)) {
+    // Refused on every rank at enqueue, before anything is sent: the ranks stay in step.
+    try {
+      hvd::allreduce(inputOf(hvd::rank(), at::kFloat), options);
+      FAIL() << "Adasum ran on " << n << " ranks";
+    } catch (const hora::InvalidArgumentError& e) {
+      EXPECT_NE(std::string(e.what()).find("power-of-two"), std::string::npos) << e.what();
+    }
+    return;
+  }
+  for (at::ScalarType type : {at::kFloat, at::kDouble}) {
+    options.name = "adasum." + typeName(type);
+    const at::Tensor got = hvd::allreduce(inputOf(hvd::rank(), type, 33), options).to(at::kDouble);
+    const at::Tensor want = adasumReference(type, 33);
+    EXPECT_TRUE(at::allclose(got, want, 1e-5, 1e-6 * want.abs().max().item<double>())) << typeName(type);
+  }
+  options.name = "adasum.int";
+  EXPECT_THROW(hvd::allreduce(inputOf(hvd::rank(), at::kInt), options), hora::InvalidArgumentError);
 }
 
 TEST(Errors, UnsupportedTensorsAreRejectedBeforeAnythingIsSent) {

@@ -32,7 +32,9 @@ Sum = _core.REDUCE_OPS["Sum"]
 Min = _core.REDUCE_OPS["Min"]
 Max = _core.REDUCE_OPS["Max"]
 Product = _core.REDUCE_OPS["Product"]
-Adasum = -1  # not implemented: `op=hvd.Adasum` raises what Horovod raises where it cannot run Adasum
+# Horovod's Adasum (Note [adasum] in src/collectives/adasum.h): allreduce of floating-point
+# tensors over every rank, their number a power of two.
+Adasum = _core.REDUCE_OPS["Adasum"]
 
 HoraInternalError = _core.HoraInternalError
 HorovodInternalError = HoraInternalError  # scripts written for horovod.torch catch this name
@@ -125,7 +127,17 @@ def _check(tensor, what):
                          + ", ".join(str(t) for t in _DATA_TYPES))
 
 
-def _resolve_op(op, average, name="allreduce"):
+def _check_adasum(name, process_set):
+    """What horovod.torch refuses before Adasum runs on CPU tensors, with its messages."""
+    if process_set is not None and process_set.process_set_id not in (None, 0):
+        raise NotImplementedError(f"{name}: Adasum does not support non-global process sets yet.")
+    n = size()
+    if n & (n - 1):
+        raise NotImplementedError(f"{name}: Running Adasum with non-power of 2 ranks is not supported yet "
+                                  f"(there are {n} ranks).")
+
+
+def _resolve_op(op, average, name="allreduce", process_set=None):
     """Horovod's rules for the deprecated `average` argument, then the op's validity."""
     if op is not None and average is not None:
         raise ValueError(f"{name}: the op argument supersedes average; give only one of them")
@@ -135,9 +147,7 @@ def _resolve_op(op, average, name="allreduce"):
     if op is None:
         return Average
     if op == Adasum:
-        # Horovod raises NotImplementedError wherever its Adasum cannot run (non-global sets,
-        # sizes that are not a power of 2); in hora that is everywhere.
-        raise NotImplementedError(f"{name}: Adasum is not implemented in hora; use op=hvd.Average or op=hvd.Sum")
+        _check_adasum(name, process_set)
     if op not in _core.REDUCE_OPS.values():
         raise ValueError(f"{name}: unknown reduce op {op!r}")
     return op
@@ -212,14 +222,14 @@ def _gradient_allreduce_async_(tensor, name, op, prescale_factor, postscale_fact
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                     process_set=global_process_set):
-    op = _resolve_op(op, average)
+    op = _resolve_op(op, average, process_set=process_set)
     output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
     return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                      process_set=global_process_set):
-    op = _resolve_op(op, average)
+    op = _resolve_op(op, average, process_set=process_set)
     return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
@@ -244,7 +254,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
               postscale_factor=1.0, process_set=global_process_set):
     """The reduction of `tensor` over the ranks (default op: Average), as a new tensor; autograd
     flows through it (the gradient is reduced the same way)."""
-    op = _resolve_op(op, average)
+    op = _resolve_op(op, average, process_set=process_set)
     compressed, ctx = compression.compress(tensor)
     reduced = _AllreduceFunction.apply(compressed, name, op, prescale_factor, postscale_factor, process_set)
     return compression.decompress(reduced, ctx)
@@ -275,7 +285,7 @@ def _synchronize_all(ids):
 
 
 def _grouped_allreduce_async(tensors, outputs, average, name, op, prescale_factor, postscale_factor, process_set):
-    op = _resolve_op(op, average)
+    op = _resolve_op(op, average, process_set=process_set)
     base = _auto_name("grouped_allreduce", name, process_set)
     return _register_group([_allreduce_async(t, o, f"{base}.{i}", op, prescale_factor, postscale_factor, process_set)
                             for i, (t, o) in enumerate(zip(tensors, outputs))])
@@ -316,7 +326,7 @@ class _GroupedAllreduceFunction(torch.autograd.Function):
 def grouped_allreduce(tensors, average=None, name=None, compression=Compression.none, op=None, prescale_factor=1.0,
                       postscale_factor=1.0, process_set=global_process_set):
     """allreduce of each tensor of the list, negotiated together; autograd flows through it."""
-    op = _resolve_op(op, average, "grouped_allreduce")
+    op = _resolve_op(op, average, "grouped_allreduce", process_set)
     compressed = [compression.compress(t) for t in tensors]
     outputs = _GroupedAllreduceFunction.apply(name, op, prescale_factor, postscale_factor, process_set,
                                               *[c for c, _ in compressed])

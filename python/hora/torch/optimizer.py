@@ -14,7 +14,8 @@ import torch
 
 from hora.torch.compression import Compression
 from hora.torch.basics import global_process_set, note_compute_threads, size
-from hora.torch.mpi_ops import Adasum, Average, _gradient_allreduce_async_, sparse_allreduce_async
+from hora.torch.adasum_optimizer import _DistributedAdasumOptimizer
+from hora.torch.mpi_ops import Adasum, Average, _check_adasum, _gradient_allreduce_async_, sparse_allreduce_async
 
 
 class _DenseReduction:
@@ -253,9 +254,13 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
     if backward_passes_per_step <= 0:
         raise ValueError("backward_passes_per_step must be > 0")
     if op == Adasum and size() > 1:
-        # Horovod's Adasum optimizer refuses non-global sets with NotImplementedError; hora has no
-        # Adasum at all, so it says so with the same type.
-        raise NotImplementedError("DistributedOptimizer: Adasum is not implemented in hora; use op=hvd.Average")
+        # As Horovod: the deltas of the local steps are Adasum-reduced (adasum_optimizer.py); on
+        # one rank the plain optimizer runs.
+        if process_set.process_set_id not in (None, 0):
+            raise NotImplementedError("Adasum does not support non-global process sets yet.")
+        _check_adasum("DistributedOptimizer", process_set)
+        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
+        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
                gradient_predivide_factor, groups, sparse_as_dense, process_set)

@@ -12,7 +12,7 @@ from hora import _core
 from hora.torch.basics import global_process_set
 from hora.torch.compression import Compression
 from hora.torch.gather_ops import allgather, grouped_allgather
-from hora.torch.mpi_ops import (Average, HoraInternalError, Sum, _auto_name, _check, _check_registered,
+from hora.torch.mpi_ops import (Adasum, Average, HoraInternalError, Sum, _auto_name, _check, _check_registered,
                                 _engine_output, _enqueue, _Pending, _register, _register_group, _resolve_op,
                                 synchronize)
 
@@ -102,10 +102,10 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 def _reducescatter_op(op):
     """Horovod refuses an op its reducescatter cannot do with HorovodInternalError at the call
     (Adasum here); hora's engine also does Min, Max and Product."""
-    try:
-        return _resolve_op(op, None, "reducescatter")
-    except NotImplementedError as e:
-        raise HoraInternalError(f"{e} (reducescatter supports Average, Sum, Min, Max and Product)") from None
+    if op == Adasum:
+        raise HoraInternalError("reducescatter: Adasum is an allreduce only "
+                                "(reducescatter supports Average, Sum, Min, Max and Product)")
+    return _resolve_op(op, None, "reducescatter")
 
 
 def _reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor):

@@ -232,19 +232,24 @@ def test_reducescatter_of_a_scalar_fails_on_every_rank():
     hvd.reducescatter(torch.ones(hvd.size()))  # and the job goes on
 
 
-def test_adasum_is_not_implemented():
+def test_adasum_refusals():
+    """What horovod.torch refuses (non-global sets, non-power-of-two sizes) and what hora's engine
+    refuses besides (integer tensors, reducescatter), alike on every rank."""
     t = torch.ones(3)
-    for call in (lambda: hvd.allreduce(t, op=hvd.Adasum), lambda: hvd.allreduce_async(t, op=hvd.Adasum),
-                 lambda: hvd.allreduce_(t, op=hvd.Adasum), lambda: hvd.grouped_allreduce([t], op=hvd.Adasum),
-                 lambda: hvd.grouped_allreduce_async_([t], op=hvd.Adasum)):
-        with pytest.raises(NotImplementedError, match="Adasum is not implemented"):
-            call()
-    with pytest.raises(hvd.HorovodInternalError, match="Adasum is not implemented"):
+    with pytest.raises(hvd.HorovodInternalError, match="Adasum is an allreduce only"):
         hvd.reducescatter(torch.ones(hvd.size()), op=hvd.Adasum)
-    model = torch.nn.Linear(2, 1)
-    if hvd.size() > 1:
-        with pytest.raises(NotImplementedError, match="Adasum"):
-            hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1), op=hvd.Adasum)
+    n = hvd.size()
+    if n & (n - 1):
+        for call in (lambda: hvd.allreduce(t, op=hvd.Adasum), lambda: hvd.allreduce_async(t, op=hvd.Adasum),
+                     lambda: hvd.allreduce_(t, op=hvd.Adasum), lambda: hvd.grouped_allreduce([t], op=hvd.Adasum),
+                     lambda: hvd.grouped_allreduce_async_([t], op=hvd.Adasum)):
+            with pytest.raises(NotImplementedError, match="non-power of 2 ranks"):
+                call()
+        with pytest.raises(NotImplementedError, match="non-power of 2 ranks"):
+            hvd.DistributedOptimizer(torch.optim.SGD(torch.nn.Linear(2, 1).parameters(), lr=0.1), op=hvd.Adasum)
+    else:
+        with pytest.raises(ValueError, match="floating-point tensors only"):
+            hvd.allreduce(torch.ones(3, dtype=torch.int32), op=hvd.Adasum, name="adasum.int")
 
 
 def test_op_and_average_together_are_refused():

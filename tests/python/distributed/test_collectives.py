@@ -187,8 +187,9 @@ def test_mismatched_shapes_raise_on_every_rank():
         hvd.allreduce(torch.ones(3), name="after.mismatch")  # the job goes on
     with pytest.raises(ValueError):
         hvd.allreduce(torch.ones(2, dtype=torch.bool), name="bool")
-    with pytest.raises(NotImplementedError):
-        hvd.allreduce(torch.ones(2), op=hvd.Adasum)
+    if hvd.size() & (hvd.size() - 1):  # Adasum runs on a power-of-two number of ranks only
+        with pytest.raises(NotImplementedError):
+            hvd.allreduce(torch.ones(2), op=hvd.Adasum)
 
 
 def test_join_with_uneven_batches():
