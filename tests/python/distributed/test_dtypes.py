@@ -31,6 +31,9 @@ def rank_values(seed, rank, shape, dtype, low=-40, high=40):
     """Rank `rank`'s input as float64 integers: exact in every dtype, and sums over a few ranks
     stay exact in bfloat16 (|x| <= 256)."""
     rs = np.random.RandomState(seed * 1000 + rank)
+    if dtype == torch.int8:  # so that the sum over every rank cannot wrap (4 ranks x 40 would)
+        bound = 127 // hvd.size() + 1
+        low, high = max(low, -bound), min(high, bound)
     return rs.randint(0 if dtype == torch.uint8 else low, high, size=shape).astype(np.float64)
 
 
