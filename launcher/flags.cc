@@ -17,9 +17,8 @@ namespace hora::launcher {
 namespace {
 
 // Note [horovodrun's flags]: horarun takes every flag of horovodrun (Horovod 0.28.1,
-// horovod/runner/launch.py), in horovodrun's groups, except the elastic ones
-// (their own issue). Each is one of: a flag of horarun's own below; a knob flag (knob_flags.h);
-// accepted with no effect because hora already behaves as the flag asks (kNoEffect); or refused,
+// horovod/runner/launch.py), in horovodrun's groups. Each is one of: a flag of horarun's own
+// below; a knob flag (knob_flags.h); accepted with no effect because hora already behaves as the flag asks (kNoEffect); or refused,
 // saying why it cannot apply (kRefused). tests/cpp/horovodrun_flags_test.cc holds horovodrun's
 // list and checks each against this parser.
 constexpr const char* kSsh = "SSH arguments";
@@ -29,6 +28,7 @@ constexpr const char* kLibrary = "library arguments";
 constexpr const char* kLogging = "logging arguments";
 constexpr const char* kHosts = "host arguments";
 constexpr const char* kController = "controller arguments";
+constexpr const char* kElastic = "elastic arguments";
 
 struct FixedFlag {
   const char* flag;
@@ -92,6 +92,30 @@ void defineLaunchFlags(CLI::App& app, JobFlags& f) {
   app.add_option("--slots-per-host", f.slots_per_host, "Slots of every host given without a count (default 1)")
       ->check(CLI::Range(1, 1 << 20))
       ->group(kHosts);
+  app.add_option("--host-discovery-script", f.elastic.discovery_script,
+                 "Elastic: a program printing the usable hosts, 'host' or 'host:slots' per line; run every second")
+      ->group(kHosts);
+  app.add_option("--min-np,--min-num-proc", f.elastic.min_np,
+                 "Elastic: fewest ranks to train with; fewer for longer than --elastic-timeout ends the job (default -np)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(kElastic);
+  app.add_option("--max-np,--max-num-proc", f.elastic.max_np, "Elastic: most ranks to train with (default: no limit)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->group(kElastic);
+  app.add_option("--elastic-timeout", f.elastic.timeout_seconds,
+                 "Elastic: seconds to wait for --min-np ranks after the job shrank (default 600)")
+      ->check(CLI::Range(1.0, 86400.0 * 365))
+      ->group(kElastic);
+  app.add_option("--reset-limit", f.elastic.reset_limit,
+                 "Elastic: most times the job may re-form after a failure or a host change (default: no limit)")
+      ->check(CLI::Range(0, 1 << 30))
+      ->group(kElastic);
+  app.add_option("--blacklist-cooldown-range", f.elastic.cooldown_range,
+                 "Elastic: MIN MAX seconds a failed host stays blacklisted, drawn at random (default: for good)")
+      ->expected(2)
+      ->allow_extra_args(false)  // two values: the command follows
+      ->check(CLI::Range(0.0, 86400.0 * 365))
+      ->group(kElastic);
   auto* mpi =
       app.add_flag("--mpi", f.mpi, "Start the ranks with mpirun (OpenMPI or MPICH) instead of horarun's own launcher")
           ->group(kController);
@@ -133,6 +157,13 @@ std::string refusal(const JobFlags& f) {
     return "unknown flag " + command[0] + "; see horarun --help";
   if (f.np < 1) return "-np must be at least 1 (got " + std::to_string(f.np) + ")";
   if (command.empty()) return "no command given; usage: horarun -np N [-H host:slots,...] command [args...]";
+  const ElasticFlags& e = f.elastic;
+  if (e.enabled() && f.mpi) return "--mpi cannot start an elastic job (--min-np, --max-np, --host-discovery-script)";
+  if (e.max_np > 0 && e.min_np > e.max_np)
+    return "--min-np " + std::to_string(e.min_np) + " exceeds --max-np " + std::to_string(e.max_np);
+  if (e.cooldown_range.size() == 2 && e.cooldown_range[0] > e.cooldown_range[1])
+    return "--blacklist-cooldown-range: MIN " + std::to_string(e.cooldown_range[0]) + " exceeds MAX " +
+           std::to_string(e.cooldown_range[1]);
   return "";
 }
 

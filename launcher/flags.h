@@ -14,6 +14,18 @@ namespace hora::launcher {
 
 inline constexpr const char* kVersion = "0.1.0";
 
+// horovodrun's elastic flags (docs/elastic.md); any of min_np, max_np, discovery_script makes
+// the job elastic, as in horovodrun.
+struct ElasticFlags {
+  int min_np = 0;  // 0: -np
+  int max_np = 0;  // 0: no limit
+  std::string discovery_script;
+  double timeout_seconds = 600;
+  int reset_limit = -1;  // -1: none
+  std::vector<double> cooldown_range;  // empty: a failed host stays blacklisted; else {min, max} seconds
+  bool enabled() const { return min_np > 0 || max_np > 0 || !discovery_script.empty(); }
+};
+
 struct JobFlags {
   int np = 0;
   std::string hosts, hostfile;
@@ -30,6 +42,7 @@ struct JobFlags {
   bool timestamp_output = false;  // --prefix-output-with-timestamp
   std::string mpi_args;           // --mpi-args: more arguments for mpirun (with --mpi)
   std::string binding_args;       // --binding-args: mpirun's binding instead of horarun's (with --mpi)
+  ElasticFlags elastic;
   std::vector<std::string> command;  // the program and its arguments
 };
 

@@ -25,6 +25,7 @@
 #include "common/knobs.h"
 #include "common/socket.h"
 #include "hora/errors.h"
+#include "launcher/elastic_driver.h"
 #include "launcher/flags.h"
 #include "launcher/host_agent.h"
 #include "launcher/hydra_ssh.h"
@@ -311,6 +312,7 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
 
 int run(const JobFlags& f) {
   try {
+    if (f.elastic.enabled()) return runElasticJob(f, workerEnvironment(f));
     const JobPlan plan = planJob(f);
     if (f.mpi) {
       // mpirun forwards only what it is told (OpenMPI's -x, MPICH's -genvlist): tell it everything

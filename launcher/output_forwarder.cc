@@ -69,6 +69,7 @@ std::pair<common::Fd, common::Fd> OutputForwarder::addWorker(int rank, bool pref
 void OutputForwarder::emit(Stream& s, std::string_view piece, char end) {
   std::FILE* file = s.file;
   std::string_view text = piece;  // what the rank wrote, without an agent's prefix
+  std::string relabeled;          // an agent's piece with the prefix of the rank's label
   if (s.prefixed) {
     // "[3]<stdout>:text" from a host agent: rank 3's file gets "text". (A piece without the
     // prefix is the agent's own, for the terminal only.)
@@ -78,6 +79,8 @@ void OutputForwarder::emit(Stream& s, std::string_view piece, char end) {
       if (!output_dir_.empty())
         file = fileOf(std::atoi(std::string(piece.substr(1, close - 1)).c_str()), piece.substr(close + 2, 6) == "stderr");
       text = piece.substr(close + 10);
+      auto label = labels_.find(std::atoi(std::string(piece.substr(1, close - 1)).c_str()));
+      if (label != labels_.end()) relabeled = "[" + label->second + std::string(piece.substr(close));
     }
   }
   if (file) {
@@ -97,8 +100,8 @@ void OutputForwarder::emit(Stream& s, std::string_view piece, char end) {
       char stamp[64];
       out.append(stamp, std::strftime(stamp, sizeof(stamp), "%a %b %e %H:%M:%S %Y", ::localtime_r(&now, &local)));
     }
-    if (!s.prefixed) out.append("[").append(std::to_string(s.rank)).append(s.is_stderr ? "]<stderr>:" : "]<stdout>:");
-    out.append(piece).push_back(end ? end : '\n');
+    if (!s.prefixed) out.append("[").append(labelOf(s.rank)).append(s.is_stderr ? "]<stderr>:" : "]<stdout>:");
+    out.append(relabeled.empty() ? piece : std::string_view(relabeled)).push_back(end ? end : '\n');
   }
   showing = end == '\r' ? &s : nullptr;
   // One write per piece: whole pieces reach the terminal or pipe one after the other.

@@ -39,6 +39,9 @@ class OutputForwarder {
   bool pump(std::chrono::milliseconds wait);
   // Forwards until every pipe is closed or `limit` passes (after the workers exited).
   void drain(std::chrono::milliseconds limit);
+  // From now on the worker `rank` (or a host agent's rank) is shown as "[label]": an elastic
+  // worker's rank changes with each generation.
+  void relabel(int rank, std::string label) { labels_[rank] = std::move(label); }
 
  private:
   struct Stream {
@@ -56,6 +59,12 @@ class OutputForwarder {
   void readFrom(Stream& s);
   int sinkOf(const Stream& s) const { return s.is_stderr && !same_sink_ ? 1 : 0; }
 
+  std::string labelOf(int rank) const {
+    auto it = labels_.find(rank);
+    return it == labels_.end() ? std::to_string(rank) : it->second;
+  }
+
+  std::map<int, std::string> labels_;  // relabel()
   std::string output_dir_;
   bool timestamp_ = false;
   std::vector<std::unique_ptr<Stream>> streams_;

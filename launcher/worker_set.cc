@@ -46,6 +46,12 @@ void installForwardingSignalHandlers() {
   for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
 }
 
+int takePendingSignal() {
+  const int sig = pending_signal;
+  pending_signal = 0;
+  return sig;
+}
+
 WorkerSet::~WorkerSet() { stopAll(); }
 
 void WorkerSet::start(const WorkerSpec& spec) {
@@ -152,6 +158,37 @@ void WorkerSet::stopAll() {
     output_.pump(std::chrono::milliseconds(10));  // their last words, and the grace period's pace
   }
   while (!running_.empty()) forget(running_.begin()->first);
+}
+
+std::vector<WorkerSet::Exit> WorkerSet::reap(std::chrono::milliseconds wait) {
+  output_.pump(wait);
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& [pid, at] : kill_at_)
+    if (now >= at) ::kill(-pid, SIGKILL);
+  std::vector<Exit> exits;
+  for (;;) {
+    int status = 0;
+    const pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid < 0 && errno == EINTR) continue;
+    if (pid <= 0) break;
+    auto it = running_.find(pid);
+    if (it == running_.end()) continue;
+    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    exits.push_back({it->second.rank, it->second.agent_ranks, failed,
+                     describeStatus(it->second.rank, it->second.agent_ranks, it->second.host, status)});
+    forget(pid);
+    kill_at_.erase(pid);
+    ::kill(-pid, SIGKILL);  // leftovers of its process group
+  }
+  return exits;
+}
+
+void WorkerSet::stop(int rank) {
+  for (const auto& [pid, w] : running_) {
+    if (w.rank != rank || kill_at_.count(pid)) continue;
+    ::kill(-pid, SIGTERM);
+    kill_at_[pid] = std::chrono::steady_clock::now() + grace_;
+  }
 }
 
 JobResult WorkerSet::wait(const std::function<std::string()>& check) {

@@ -55,9 +55,27 @@ class WorkerSet {
   JobResult wait(const std::function<std::string()>& check = {});
   bool isRunning(int rank) const;
 
+  // For an elastic job, whose workers come and go without ending it (elastic_driver.h): `rank`
+  // is then the driver's number for a worker (or a host agent's first), not a rank.
+  struct Exit {
+    int rank;
+    std::vector<int> agent_ranks;  // a host agent's: every worker it ran has ended
+    bool failed;                   // non-zero or a signal
+    std::string why;               // "rank 2 on host a exited with code 3"
+  };
+  // Forwards output for up to `wait`, then returns the workers that exited meanwhile; the
+  // others go on. Workers stopped with stop() get SIGKILL once `grace` has passed.
+  std::vector<Exit> reap(std::chrono::milliseconds wait);
+  // SIGTERM to the worker (or the host agent) `rank`, SIGKILL after `grace`.
+  void stop(int rank);
+  // Stops every worker (TERM, then KILL after `grace`) and waits for them.
+  void stopAll();
+  // The worker's output prefix from now on: "[label]" instead of "[rank]".
+  void relabel(int rank, const std::string& label) { output_.relabel(rank, label); }
+  void drainOutput(std::chrono::milliseconds limit) { output_.drain(limit); }
+
  private:
   void signalAll(int sig);
-  void stopAll();
 
   std::chrono::milliseconds grace_;
   struct Running {
@@ -69,10 +87,13 @@ class WorkerSet {
   void forget(pid_t pid);
 
   std::map<pid_t, Running> running_;
+  std::map<pid_t, std::chrono::steady_clock::time_point> kill_at_;  // stop(): SIGKILL then
   OutputForwarder output_;
 };
 
 // Installs handlers so that SIGINT/SIGTERM/SIGHUP interrupt WorkerSet::wait(), which forwards them.
 void installForwardingSignalHandlers();
+// The signal received since the last call (0: none), for a loop other than WorkerSet::wait.
+int takePendingSignal();
 
 }  // namespace hora::launcher

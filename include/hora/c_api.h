@@ -26,6 +26,7 @@ typedef enum hora_status {
   HORA_ERR_AUTHENTICATION = 5,
   HORA_ERR_SHUTDOWN = 6,
   HORA_ERR_INTERNAL = 7,
+  HORA_ERR_REMOVED = 8, /* an elastic job removed this worker: exit, do not retry */
 } hora_status;
 
 typedef enum hora_dtype {

@@ -24,6 +24,7 @@ enum class ErrorKind {
   kAuthentication,   // a connection could not prove the job secret
   kShutdown,         // the communicator was shut down
   kInternal,         // a bug or a system call failing in an unexpected way
+  kRemoved,          // an elastic job's driver removed this worker (its host left or was blacklisted)
 };
 
 class HORA_API Error : public std::runtime_error {
@@ -62,6 +63,12 @@ class HORA_API ShutdownError : public Error {
 class HORA_API InternalError : public Error {
  public:
   explicit InternalError(const std::string& m) : Error(ErrorKind::kInternal, m) {}
+};
+// Not a failure of the job: the worker is not part of the elastic job's next generation and
+// should exit (with code 0) rather than retry (docs/elastic.md).
+class HORA_API WorkerRemovedError : public Error {
+ public:
+  explicit WorkerRemovedError(const std::string& m) : Error(ErrorKind::kRemoved, m) {}
 };
 
 // Rethrows `e` as its own concrete type (used to hand a stored error to a later caller).

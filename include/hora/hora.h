@@ -2,6 +2,7 @@
 #pragma once
 
 #include "hora/communicator.h"
+#include "hora/elastic.h"
 #include "hora/engine.h"
 #include "hora/errors.h"
 #include "hora/identity.h"

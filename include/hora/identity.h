@@ -21,6 +21,8 @@ struct HORA_API Identity {
   int cross_rank = 0;
   int cross_size = 1;
   std::string hostname;
+  // In an elastic job, the generation this identity belongs to (docs/elastic.md); 0 otherwise.
+  int generation = 0;
 
   // local_rank, local_size, cross_rank and cross_size all equal to kDerive: the Communicator
   // fills them in from the hostnames of all ranks (exchanged through the rendezvous store).

@@ -34,6 +34,7 @@ hora_status statusOf(hora::ErrorKind kind) {
     case hora::ErrorKind::kAuthentication: return HORA_ERR_AUTHENTICATION;
     case hora::ErrorKind::kShutdown: return HORA_ERR_SHUTDOWN;
     case hora::ErrorKind::kInternal: return HORA_ERR_INTERNAL;
+    case hora::ErrorKind::kRemoved: return HORA_ERR_REMOVED;
   }
   return HORA_ERR_INTERNAL;
 }

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "bootstrap/connect.h"
+#include "bootstrap/elastic_join.h"
 #include "bootstrap/knob_agreement.h"
 #include "bootstrap/store_through_launcher.h"
 #include "collectives/adasum.h"
@@ -164,16 +165,21 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   const auto env = common::Env::fromProcess();
   const CommunicatorOptions options = common::communicatorOptionsFrom(env);
   common::applyLogLevel(env);
-  const Identity identity = common::identityFrom(env);
-  RendezvousOptions job = common::rendezvousOptionsFrom(env, identity.size);
-  if (!job.launcher_kvs.empty())
-    job = bootstrap::rendezvousThroughLauncher(job, identity.rank, options.iface, options.timeout);
+  Identity identity = common::identityFrom(env);
+  RendezvousOptions rendezvous;
+  if (env.getBool("HORA_ELASTIC")) {
+    std::tie(identity, rendezvous) = bootstrap::joinElasticGeneration(env, identity);
+  } else {
+    RendezvousOptions job = common::rendezvousOptionsFrom(env, identity.size);
+    if (!job.launcher_kvs.empty())
+      job = bootstrap::rendezvousThroughLauncher(job, identity.rank, options.iface, options.timeout);
+    rendezvous = bootstrap::nextCommunicator(job, identity.rank);
+  }
   // A communicator made from the environment checks that every rank's environment agrees on the
   // job-wide knobs (Note [knob agreement]); one made from options (create) was given them.
   const std::string job_knobs = bootstrap::jobKnobs(env);
   return std::unique_ptr<Communicator>(new Communicator(std::make_unique<detail::CommunicatorImpl>(
-      bootstrap::connect(identity, bootstrap::nextCommunicator(job, identity.rank), options, {}, &job_knobs),
-      options)));
+      bootstrap::connect(identity, rendezvous, options, {}, &job_knobs), options)));
 }
 
 std::unique_ptr<Communicator> Communicator::create(const Identity& identity,

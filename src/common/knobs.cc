@@ -37,6 +37,14 @@ constexpr KnobSpec kKnobs[] = {
     {"HORA_SECRET", "", G::kLauncherSet, S::kRank, "",
      "Job secret that authenticates every store request and peer connection (HMAC-SHA256). "
      "Set by the launcher in the environment, never on a command line."},
+    {"HORA_ELASTIC", "HOROVOD_ELASTIC", G::kLauncherSet, S::kJob, "0",
+     "1 = this worker belongs to an elastic job (horarun --min-np/--max-np/--host-discovery-script): "
+     "its rank and size come from the driver at each generation (docs/elastic.md), not from HORA_RANK."},
+    {"HORA_ELASTIC_WORKER_ID", "", G::kLauncherSet, S::kRank, "",
+     "An elastic worker's name for the driver, host:slot, stable for the life of the process."},
+    {"HORA_ELASTIC_TIMEOUT_SECONDS", "HOROVOD_ELASTIC_TIMEOUT", G::kLauncherSet, S::kJob, "600",
+     "How long an elastic worker waits for the driver to place it in a generation, and how long the "
+     "driver waits for at least --min-np workers (horovodrun's --elastic-timeout)."},
     {"OMPI_COMM_WORLD_RANK", "", G::kForeignLauncher, S::kRank, "", "Rank, as OpenMPI's mpirun sets it (used without horarun)."},
     {"OMPI_COMM_WORLD_SIZE", "", G::kForeignLauncher, S::kRank, "", "Number of ranks, as OpenMPI's mpirun sets it."},
     {"OMPI_COMM_WORLD_LOCAL_SIZE", "", G::kForeignLauncher, S::kRank, "",

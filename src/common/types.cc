@@ -84,6 +84,7 @@ void rethrowAs(const Error& e) {
     case ErrorKind::kMismatch: throw MismatchError(e.what());
     case ErrorKind::kAuthentication: throw AuthenticationError(e.what());
     case ErrorKind::kShutdown: throw ShutdownError(e.what());
+    case ErrorKind::kRemoved: throw WorkerRemovedError(e.what());
     case ErrorKind::kInternal: break;
   }
   throw InternalError(e.what());

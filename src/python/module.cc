@@ -15,6 +15,7 @@
 
 #include "engine/gaussian_process.h"
 #include "hora/communicator.h"
+#include "hora/elastic.h"
 #include "hora/engine.h"
 #include "hora/errors.h"
 
@@ -106,9 +107,14 @@ void bindErrors(py::module_& m) {
   static py::exception<hora::PeerError> peer(m, "PeerError", base.ptr());
   static py::exception<hora::TimeoutError> timeout(m, "TimeoutError", base.ptr());
   static py::exception<hora::ShutdownError> shutdown(m, "ShutdownError", base.ptr());
+  // Not a failure: an elastic job's driver has no place for this worker (hora.torch.elastic.run
+  // lets the process exit with code 0), hence not a HoraInternalError.
+  static py::exception<hora::WorkerRemovedError> removed(m, "WorkerRemovedError", PyExc_RuntimeError);
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
+    } catch (const hora::WorkerRemovedError& e) {
+      PyErr_SetString(removed.ptr(), e.what());
     } catch (const hora::InvalidArgumentError& e) {
       PyErr_SetString(PyExc_ValueError, e.what());
     } catch (const hora::MismatchError& e) {
@@ -149,7 +155,17 @@ void bindLifetime(py::module_& m) {
     const hora::Identity& id = theEngine().identity();
     return py::dict(py::arg("rank") = id.rank, py::arg("size") = id.size, py::arg("local_rank") = id.local_rank,
                     py::arg("local_size") = id.local_size, py::arg("cross_rank") = id.cross_rank,
-                    py::arg("cross_size") = id.cross_size, py::arg("hostname") = id.hostname);
+                    py::arg("cross_size") = id.cross_size, py::arg("hostname") = id.hostname,
+                    py::arg("generation") = id.generation);
+  });
+  m.def("is_elastic", [] { return hora::elastic::enabled(); });
+  m.def("elastic_host_updates", [] {  // (counter, kind) of the driver's host changes (docs/elastic.md)
+    hora::elastic::HostUpdates updates;
+    {
+      py::gil_scoped_release release;
+      updates = hora::elastic::hostUpdates();
+    }
+    return py::make_tuple(updates.counter, updates.kind);
   });
   m.def("engine_stats", [] {  // counters of the global process set's engine, for benchmarks
     const hora::EngineStats s = theEngine().stats();

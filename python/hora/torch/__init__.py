@@ -28,3 +28,4 @@ from hora.torch.sync_batch_norm import SyncBatchNorm
 from hora.torch.training import (LearningRateSchedule, LearningRateWarmup, average_metrics, is_root, log,
                                  save_checkpoint)
 from hora._core import MismatchError, PeerError, ShutdownError, TimeoutError
+from hora.torch import elastic  # noqa: E402,F401  (hvd.elastic; imports the names above)

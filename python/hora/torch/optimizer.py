@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from hora import _core
 from hora.torch.compression import Compression
 from hora.torch.basics import global_process_set, note_compute_threads, size
 from hora.torch.adasum_optimizer import _DistributedAdasumOptimizer
@@ -57,8 +58,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
         self._synchronized = False
         self._should_synchronize = True
-        # As Horovod: a rank outside the process set trains on its own gradients.
-        if process_set.included() and size() > 1:
+        # As Horovod: a rank outside the process set trains on its own gradients. An elastic job
+        # of one rank may grow: its hooks must be there when it does.
+        if process_set.included() and (size() > 1 or _core.is_elastic()):
             self._register_hooks()
 
     def _setup_groups(self, groups, all_params):

@@ -13,13 +13,18 @@ constexpr uint32_t kHandshakeMagic = 0x31485248;  // "HRH1"
 // A silent connection may hold up the acceptor at most this long before it is dropped.
 constexpr auto kHandshakeLimit = std::chrono::seconds(5);
 
-common::Mac pairMac(std::string_view secret, std::string_view label, const common::Nonce& challenge,
-                    uint32_t from, uint32_t to) {
+// The MAC covers the communicator's key prefix too, so that only ranks of the same communicator
+// (and, in an elastic job, of the same generation: Note [generations] in
+// src/bootstrap/elastic_join.cc) can complete a handshake.
+common::Mac pairMac(const MeshOptions& o, std::string_view label, const common::Nonce& challenge, uint32_t from,
+                    uint32_t to) {
   auto bytes = [](const void* p, size_t n) {
     return std::span<const uint8_t>(static_cast<const uint8_t*>(p), n);
   };
-  return common::hmacSha256(secret, {bytes(label.data(), label.size()), challenge,
-                                     bytes(&from, 4), bytes(&to, 4)});
+  const uint32_t prefix_length = static_cast<uint32_t>(o.key_prefix.size());
+  return common::hmacSha256(o.secret, {bytes(label.data(), label.size()), bytes(&prefix_length, 4),
+                                       bytes(o.key_prefix.data(), o.key_prefix.size()), challenge, bytes(&from, 4),
+                                       bytes(&to, 4)});
 }
 
 std::string addressKey(const MeshOptions& o, int rank) {
@@ -44,7 +49,7 @@ PeerConnection connectTo(const MeshOptions& o, int peer, rendezvous::Store& stor
   const uint32_t from = static_cast<uint32_t>(o.rank), to = static_cast<uint32_t>(peer);
   uint8_t answer[4 + common::kMacBytes];
   std::memcpy(answer, &from, 4);
-  const auto mac = pairMac(o.secret, "pair", challenge, from, to);
+  const auto mac = pairMac(o, "pair", challenge, from, to);
   std::memcpy(answer + 4, mac.data(), mac.size());
   common::writeFull(fd.get(), answer, sizeof(answer), deadline, what);
   uint8_t ok[common::kMacBytes];
@@ -52,10 +57,11 @@ PeerConnection connectTo(const MeshOptions& o, int peer, rendezvous::Store& stor
     common::readFull(fd.get(), ok, sizeof(ok), deadline, what);
   } catch (const PeerError&) {
     throw AuthenticationError(what + " refused this rank's handshake; do both have the same "
-                              "HORA_SECRET?");
+                              "HORA_SECRET, and are both of this communicator (elastic: this generation)?");
   }
-  if (!common::macEqual(pairMac(o.secret, "pair-ok", challenge, from, to), ok))
-    throw AuthenticationError(what + " could not prove the job secret (HORA_SECRET differs)");
+  if (!common::macEqual(pairMac(o, "pair-ok", challenge, from, to), ok))
+    throw AuthenticationError(what + " could not prove the job secret (HORA_SECRET differs, or the peer "
+                              "belongs to another communicator or elastic generation than " + o.key_prefix + ")");
   return {std::move(fd), where};
 }
 
@@ -81,12 +87,12 @@ int acceptOne(const MeshOptions& o, common::Fd& fd, const common::Deadline& dead
                "job of size {}", from_addr, from, o.size);
       return -1;
     }
-    if (!common::macEqual(pairMac(o.secret, "pair", challenge, from, to), answer + 4)) {
+    if (!common::macEqual(pairMac(o, "pair", challenge, from, to), answer + 4)) {
       HORA_LOG(warn, "dropped a connection from {} claiming rank {}: it cannot prove the job "
-               "secret", from_addr, from);
+               "secret for {} (another secret, communicator or elastic generation)", from_addr, from, o.key_prefix);
       return -1;
     }
-    const auto ok = pairMac(o.secret, "pair-ok", challenge, from, to);
+    const auto ok = pairMac(o, "pair-ok", challenge, from, to);
     common::writeFull(fd.get(), ok.data(), ok.size(), limit, from_addr);
     return static_cast<int>(from);
   } catch (const Error& e) {

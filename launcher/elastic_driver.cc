@@ -1,0 +1,275 @@
+#include "launcher/elastic_driver.h"
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <random>
+
+#include "bootstrap/elastic_join.h"
+#include "common/crypto.h"
+#include "common/socket.h"
+#include "hora/errors.h"
+#include "launcher/elastic_planner.h"
+#include "launcher/forwarded_env.h"
+#include "launcher/host_discovery.h"
+#include "launcher/host_plan.h"
+#include "launcher/remote.h"
+#include "launcher/worker_set.h"
+#include "rendezvous/tcp_store.h"
+#include "rendezvous/tcp_store_server.h"
+
+extern char** environ;
+
+namespace hora::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Env = std::map<std::string, std::string>;
+using std::chrono::milliseconds;
+
+// How often the discovery script runs (horovodrun: every second).
+constexpr auto kDiscoveryPeriod = std::chrono::seconds(1);
+// Members of a generation that have not asked to join this long after the first did are stuck
+// (stopped, or their link is down): a live worker re-joins within its collective's timeout.
+constexpr auto kJoinWindow = std::chrono::seconds(10);
+
+ElasticLimits limitsOf(const JobFlags& f) {
+  ElasticLimits l;
+  l.min_np = f.elastic.min_np > 0 ? f.elastic.min_np : f.np;
+  if (f.elastic.max_np > 0) l.max_np = f.elastic.max_np;
+  l.reset_limit = f.elastic.reset_limit;
+  l.elastic_timeout = milliseconds(static_cast<int64_t>(f.elastic.timeout_seconds * 1000));
+  l.join_window = kJoinWindow;
+  if (f.elastic.cooldown_range.size() == 2) {
+    l.cooldown_min = milliseconds(static_cast<int64_t>(f.elastic.cooldown_range[0] * 1000));
+    l.cooldown_max = milliseconds(static_cast<int64_t>(f.elastic.cooldown_range[1] * 1000));
+  }
+  return l;
+}
+
+milliseconds drawCooldown(milliseconds min, milliseconds max) {
+  static std::mt19937_64 random{std::random_device{}()};
+  return milliseconds(std::uniform_int_distribution<int64_t>(min.count(), max.count())(random));
+}
+
+class ElasticDriver {
+ public:
+  ElasticDriver(const JobFlags& f, Env env, std::vector<HostSlots> first_hosts, const std::string& store_host)
+      : f_(f),
+        env_(std::move(env)),
+        first_hosts_(std::move(first_hosts)),
+        secret_(common::randomSecret()),
+        store_host_(store_host),
+        store_(store_host_, 0, secret_),
+        workers_(milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir, f.timestamp_output),
+        planner_(limitsOf(f), drawCooldown) {
+    if (!f.elastic.discovery_script.empty())
+      discovery_.emplace(f.elastic.discovery_script, f.slots_per_host > 0 ? f.slots_per_host : 1);
+  }
+
+  int run() {
+    installForwardingSignalHandlers();
+    client_ = std::make_unique<rendezvous::TcpStore>(store_host_, store_.port(), secret_,
+                                                     common::Deadline::after(std::chrono::seconds(10)));
+    if (f_.verbose)
+      std::cerr << "horarun: elastic job, rendezvous store on " << store_host_ << ":" << store_.port() << "\n";
+    ElasticPlanner::Decisions first;
+    planner_.hostsDiscovered(first_hosts_, Clock::now(), first);
+    if (std::optional<int> code = apply(first)) return *code;
+    auto next_discovery = Clock::now() + kDiscoveryPeriod;
+    for (;;) {
+      ElasticPlanner::Decisions d;
+      for (const WorkerSet::Exit& e : workers_.reap(milliseconds(50))) {
+        std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
+        for (int n : numbers)
+          if (auto id = ids_.find(n); id != ids_.end()) planner_.exited(id->second, e.failed, e.why, Clock::now(), d);
+      }
+      if (const int sig = takePendingSignal()) {
+        std::cerr << "horarun: received signal " << strsignal(sig) << "; stopping the workers\n";
+        workers_.stopAll();
+        return 128 + sig;
+      }
+      if (discovery_ && Clock::now() >= next_discovery) {
+        if (auto hosts = discovery_->discover(std::chrono::seconds(10))) planner_.hostsDiscovered(*hosts, Clock::now(), d);
+        next_discovery = Clock::now() + kDiscoveryPeriod;
+      }
+      readJoins(d);
+      planner_.tick(Clock::now(), d);
+      if (std::optional<int> code = apply(d)) return *code;
+    }
+  }
+
+ private:
+  common::Deadline soon() const { return common::Deadline::after(std::chrono::seconds(10)); }
+
+  // The joins that arrived since the last look (a worker bumps elastic/joins after its join key).
+  void readJoins(ElasticPlanner::Decisions& d) {
+    const int64_t joins = client_->add(bootstrap::kElasticJoinCountKey, 0, soon());
+    if (joins == joins_seen_) return;
+    joins_seen_ = joins;
+    for (const auto& [number, id] : ids_) {
+      auto nonce = client_->tryGet(bootstrap::elasticJoinKey(id), soon());
+      if (!nonce || nonces_[id] == *nonce) continue;
+      nonces_[id] = *nonce;
+      planner_.joined(id, *nonce, Clock::now(), d);
+    }
+  }
+
+  // Carries out the planner's decisions; the job's exit code once it ends.
+  std::optional<int> apply(ElasticPlanner::Decisions& d) {
+    for (size_t i = 0; i < d.answers.size(); ++i)
+      client_->set(bootstrap::elasticAnswerKey(d.answers[i].first, d.answers[i].second), d.answer_values[i], soon());
+    if (!d.hosts_updated.empty()) {
+      ++hosts_updated_;
+      client_->set(bootstrap::kElasticHostsUpdatedKey, std::to_string(hosts_updated_) + " " + d.hosts_updated, soon());
+      if (f_.verbose) std::cerr << "horarun: hosts " << d.hosts_updated << "; the workers re-join at their next commit\n";
+    }
+    if (d.generation_formed) announceGeneration();
+    for (const auto& id : d.stop)
+      if (auto n = numbers_.find(id); n != numbers_.end()) workers_.stop(n->second);
+    start(d.start);
+    if (!d.end_code) return std::nullopt;
+    workers_.stopAll();
+    workers_.drainOutput(std::chrono::seconds(1));
+    if (*d.end_code != 0) std::cerr << "horarun: " << d.end_reason << "\n";
+    else if (f_.verbose) std::cerr << "horarun: training finished\n";
+    return *d.end_code;
+  }
+
+  void announceGeneration() {
+    client_->set("elastic/generation", std::to_string(planner_.generation()), soon());
+    int size = 0;
+    for (const auto& [number, id] : ids_) {
+      const int rank = planner_.rankOf(id);
+      workers_.relabel(number, rank >= 0 ? std::to_string(rank) : id);
+      size += rank >= 0;
+    }
+    std::cerr << "horarun: generation " << planner_.generation() << ": " << size << " rank(s)\n";
+  }
+
+  Env workerEnvironment(const ElasticPlanner::Worker& w) const {
+    Env env = env_;
+    env["HORA_ELASTIC"] = "1";
+    env["HORA_ELASTIC_WORKER_ID"] = w.id;
+    env["HORA_ELASTIC_TIMEOUT_SECONDS"] = std::to_string(static_cast<int64_t>(f_.elastic.timeout_seconds));
+    env["HORA_HOSTNAME"] = w.host;
+    env["HOROVOD_HOSTNAME"] = w.host;
+    env["HORA_RENDEZVOUS_ADDR"] = store_host_;
+    env["HORA_RENDEZVOUS_PORT"] = std::to_string(store_.port());
+    env["HORA_SECRET"] = secret_;
+    return env;
+  }
+
+  // Local workers are forked here; a remote host's new workers share one ssh and host agent.
+  void start(const std::vector<ElasticPlanner::Worker>& started) {
+    std::map<std::string, HostPlan> remote;
+    for (const auto& w : started) {
+      const int number = next_number_++;
+      ids_[number] = w.id;
+      numbers_[w.id] = number;
+      auto local = local_.find(w.host);
+      if (local == local_.end()) local = local_.emplace(w.host, isLocalHost(w.host)).first;
+      if (local->second) {
+        WorkerSpec spec;
+        spec.rank = number;
+        spec.host = w.host;
+        spec.argv = f_.command;
+        spec.env = workerEnvironment(w);
+        workers_.start(spec);
+        workers_.relabel(number, w.id);
+        continue;
+      }
+      HostPlan& plan = remote[w.host];
+      plan.host = w.host;
+      plan.grace_ms = static_cast<int>(f_.grace_seconds * 1000);
+      plan.command = f_.command;
+      Env env = workerEnvironment(w);
+      for (auto& [k, v] : forwardedEnvironment(environ)) env.emplace(k, v);
+      plan.ranks.push_back({number, std::move(env)});
+    }
+    SshOptions ssh = f_.ssh;
+    ssh.connect_timeout = std::chrono::seconds(static_cast<int64_t>(f_.start_timeout));
+    const std::string self = std::filesystem::canonical("/proc/self/exe").string();
+    for (const auto& [host, plan] : remote) {
+      WorkerSpec spec;
+      spec.rank = plan.ranks.front().rank;
+      spec.host = host;
+      for (const auto& r : plan.ranks) {
+        spec.agent_ranks.push_back(r.rank);
+        workers_.relabel(r.rank, ids_.at(r.rank));
+      }
+      spec.argv = sshHostAgentArgv(host, ssh, std::filesystem::current_path().string(), self);
+      spec.stdin_data = encodeHostPlan(plan);
+      workers_.start(spec);
+    }
+  }
+
+  const JobFlags& f_;
+  const Env env_;
+  const std::vector<HostSlots> first_hosts_;
+  const std::string secret_;
+  const std::string store_host_;
+  rendezvous::TcpStoreServer store_;
+  std::unique_ptr<rendezvous::TcpStore> client_;
+  WorkerSet workers_;
+  ElasticPlanner planner_;
+  std::optional<HostDiscovery> discovery_;
+  std::map<int, std::string> ids_;       // the WorkerSet's number of each worker -> its id
+  std::map<std::string, int> numbers_;   // and back
+  std::map<std::string, std::string> nonces_;  // the last join read of each worker
+  std::map<std::string, bool> local_;    // by host: this machine?
+  int next_number_ = 0;
+  int64_t joins_seen_ = -1;
+  int64_t hosts_updated_ = 0;
+};
+
+}  // namespace
+
+int runElasticJob(const JobFlags& f, const Env& worker_env) {
+  std::vector<HostSlots> hosts;
+  if (!f.elastic.discovery_script.empty()) {
+    // The first discovery decides where the store listens; it must succeed.
+    HostDiscovery discovery(f.elastic.discovery_script, f.slots_per_host > 0 ? f.slots_per_host : 1);
+    auto found = discovery.discover(std::chrono::seconds(30));
+    if (!found) throw InvalidArgumentError("--host-discovery-script " + f.elastic.discovery_script + " failed at start");
+    hosts = *found;
+  } else if (!f.hosts.empty() || !f.hostfile.empty()) {
+    if (!f.hostfile.empty()) {
+      std::ifstream in(f.hostfile);
+      if (!in) throw InvalidArgumentError("--hostfile " + f.hostfile + ": cannot be read");
+      std::stringstream text;
+      text << in.rdbuf();
+      hosts = parseHostfile(text.str(), f.hostfile);
+    } else {
+      hosts = parseHostList(f.hosts);
+    }
+    for (auto& h : hosts)
+      if (!h.slots_given && f.slots_per_host > 0) h.slots = f.slots_per_host;
+  } else {
+    char name[256] = {};
+    ::gethostname(name, sizeof(name) - 1);
+    hosts = {{name, f.np, true}};
+  }
+  // The store listens where every host can reach it: loopback while every host is this one,
+  // else our address toward the first remote host (or on --network-interface). Hosts discovered
+  // later must be reachable from that address.
+  std::string store_host = "127.0.0.1";
+  if (!f.network_interface.empty()) {
+    store_host = common::interfaceAddress(f.network_interface);
+  } else {
+    for (const auto& h : hosts)
+      if (!isLocalHost(h.host)) {
+        store_host = addressToward(h.host);
+        break;
+      }
+  }
+  return ElasticDriver(f, worker_env, hosts, store_host).run();
+}
+
+}  // namespace hora::launcher
