@@ -154,6 +154,7 @@ void ElasticPlanner::exited(const std::string& id, bool failed, const std::strin
     }
   }
   if (finished_ && workers_.empty()) end(0, "", d);
+  if (!finished_ && liveCount() < limits_.min_np && !short_since_) short_since_ = now;
 }
 
 void ElasticPlanner::tick(Time now, Decisions& d) {

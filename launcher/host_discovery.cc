@@ -69,7 +69,9 @@ std::optional<std::vector<HostSlots>> HostDiscovery::discover(std::chrono::milli
       break;
     }
     pollfd p{out[0], POLLIN, 0};
-    if (::poll(&p, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) break;
+    const int ready = ::poll(&p, 1, static_cast<int>(left.count()));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;  // the deadline is checked above
     char buf[4096];
     const ssize_t n = ::read(out[0], buf, sizeof(buf));
     if (n > 0) text.append(buf, static_cast<size_t>(n));

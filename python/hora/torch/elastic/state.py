@@ -108,6 +108,9 @@ class _Handler:
         self.value = value
         self.save()
 
+    def reset(self):
+        """After a reset, before sync: adapt to the new generation."""
+
 
 class _ModelHandler(_Handler):
     def save(self):
@@ -141,6 +144,11 @@ class _SamplerHandler(_Handler):
 
     def sync(self):
         self.value.load_state_dict(broadcast_object(self.value.state_dict()))
+
+    def reset(self):
+        # Re-shard the rest of the epoch over the new ranks, also when sync is skipped (only hosts
+        # were removed: no broadcast, but fewer ranks).
+        self.value.reset()
 
 
 _HANDLERS = [(torch.nn.Module, _ModelHandler), (torch.optim.Optimizer, _OptimizerHandler),
@@ -180,6 +188,10 @@ class TorchState(ObjectState):
         for handler in self._handlers.values():
             handler.sync()
         super().sync()
+
+    def reset(self):
+        for handler in self._handlers.values():
+            handler.reset()
 
     def __setattr__(self, name, value):
         handlers = self.__dict__.get("_handlers", {})

@@ -1,0 +1,107 @@
+"""Elastic jobs under horarun (--min-np, --host-discovery-script), with real processes and real
+failures on this machine: 127.0.0.1 and 127.0.0.2 are two hosts to hora (each its own host name,
+TCP between them). The training program, tests/python/elastic/elastic_train.py, logs each
+committed sample from rank 0; every test checks that each sample of each epoch was trained on
+exactly once across the resets, and that every rank ends with identical parameters."""
+
+import collections
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.executable), "horarun")
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic", "elastic_train.py")
+STEP = re.compile(r"^\[(\d+)\]<stdout>:step (\S+) gen=(\d+) rank=(\d+) size=(\d+) pid=(\d+) step=(\d+)")
+
+
+class Job:
+    """A horarun job whose output is read line by line as it comes."""
+
+    def __init__(self, horarun_args, train_args, tmp_path):
+        self.log = tmp_path / "committed.log"
+        self.lines = []
+        self.proc = subprocess.Popen([HORARUN, *horarun_args, sys.executable, TRAIN, "--log", str(self.log),
+                                      *train_args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def wait_for(self, predicate, timeout):
+        """Reads lines until predicate(line) holds for one; returns it (or None at the timeout)."""
+        deadline = time.time() + timeout
+        for line in iter(self.proc.stdout.readline, ""):
+            self.lines.append(line)
+            if predicate(line):
+                return line
+            if time.time() > deadline:
+                return None
+        return None
+
+    def finish(self, timeout=120):
+        out, _ = self.proc.communicate(timeout=timeout)
+        self.lines.extend(out.splitlines(keepends=True))
+        return self.proc.returncode, "".join(self.lines)
+
+    def steps(self):
+        return [STEP.match(l) for l in self.lines if STEP.match(l)]
+
+
+def assert_each_sample_once(log, samples, epochs, output):
+    counts = collections.Counter(tuple(map(int, l.split())) for l in log.read_text().splitlines())
+    twice = [k for k, n in counts.items() if n > 1]
+    missing = [(e, i) for e in range(epochs) for i in range(samples) if (e, i) not in counts]
+    assert not twice and not missing, f"twice: {twice[:10]}, missing: {missing[:10]}\n{output[-3000:]}"
+
+
+def test_a_killed_worker_leaves_its_host_blacklisted_and_the_others_go_on_from_the_last_commit(tmp_path):
+    job = Job(["-np", "4", "--min-np", "2", "-H", "127.0.0.1:2,127.0.0.2:2"],
+              ["--samples", "320", "--epochs", "2", "--step-sleep", "0.1"], tmp_path)
+    victim = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "4" and m.group(4) == "3"
+                          and int(m.group(7)) >= 8, timeout=90)
+    assert victim, "".join(job.lines)
+    killed_at = time.time()
+    os.kill(int(STEP.match(victim).group(6)), signal.SIGKILL)  # rank 3, on host 127.0.0.2
+    resumed = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "2", timeout=60)
+    code, output = job.finish()
+    assert code == 0, output
+    assert resumed, output
+    recovery = float(STEP.match(resumed).group(2)) - killed_at
+    print(f"from SIGKILL to the first step at the new size: {recovery:.2f} s")
+    assert "horarun: generation 1: 2 rank(s)" in output, output
+    sizes = {int(m.group(5)) for m in job.steps()}
+    assert sizes == {4, 2}, output
+    assert output.count("identical=True") == 2, output
+    assert_each_sample_once(job.log, 320, 2, output)
+
+
+def test_discovery_adds_a_host_at_the_next_commit_and_removes_it_without_an_error(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:1\n")
+    job = Job(["-np", "1", "--min-np", "1", "--host-discovery-script", f"cat {hosts}"],
+              ["--samples", "400", "--epochs", "2", "--step-sleep", "0.05"], tmp_path)
+    assert job.wait_for(lambda l: STEP.match(l), timeout=60), "".join(job.lines)
+    hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n")
+    grown = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "2", timeout=60)
+    assert grown, "".join(job.lines)
+    hosts.write_text("127.0.0.1:1\n")
+    shrunk = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "1" and int(m.group(3)) >= 2, timeout=60)
+    code, output = job.finish()
+    assert code == 0, output
+    assert shrunk, output
+    assert re.search(r"127\.0\.0\.2:0 .*removed", output) or "leaves the job" in output, output
+    assert_each_sample_once(job.log, 400, 2, output)
+
+
+def test_fewer_workers_than_min_np_for_longer_than_the_timeout_end_the_job_saying_so(tmp_path):
+    job = Job(["-np", "2", "--min-np", "2", "--elastic-timeout", "3", "-H", "127.0.0.1:1,127.0.0.2:1"],
+              ["--samples", "4000", "--epochs", "1", "--step-sleep", "0.1"], tmp_path)
+    victim = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(4) == "1", timeout=60)
+    assert victim, "".join(job.lines)
+    os.kill(int(STEP.match(victim).group(6)), signal.SIGKILL)
+    start = time.time()
+    code, output = job.finish(timeout=60)
+    assert code != 0, output
+    assert "fewer than --min-np 2, for longer than --elastic-timeout 3 s" in output, output
+    assert time.time() - start < 30, output
