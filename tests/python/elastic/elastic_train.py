@@ -46,7 +46,7 @@ def commit(state):
 
 @hvd.elastic.run
 def train(state):
-    for state.epoch in range(state.epoch, args.epochs):
+    while state.epoch < args.epochs:
         for i, (x, y, index) in enumerate(DataLoader(dataset, batch_size=args.batch, sampler=state.sampler)):
             optimizer.zero_grad()
             torch.nn.functional.mse_loss(model(x), y).backward()
@@ -62,7 +62,8 @@ def train(state):
             if state.step % args.commit_every == 0:
                 commit(state)
             time.sleep(args.step_sleep)
-        state.sampler.set_epoch(state.epoch + 1)
+        state.epoch += 1
+        state.sampler.set_epoch(state.epoch)
         commit(state)
 
 
