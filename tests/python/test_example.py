@@ -41,3 +41,15 @@ def test_the_example_reaches_the_target_and_resumes(tmp_path):
     assert f"resumed from {tmp_path / 'ck.pt'} after epoch {epochs_done}" in resumed
     assert re.search(rf"\[0\]<stdout>:epoch {epochs_done + 1}:", resumed), resumed[-2000:]
     assert not re.search(r"\[0\]<stdout>:epoch 1:", resumed)
+
+
+@pytest.mark.skipif(not os.path.isdir(DATA), reason="dataset-fashion-mnist is not installed")
+def test_the_elastic_example_trains_under_an_elastic_horarun(tmp_path):
+    example = os.path.join(ROOT, "examples", "pytorch", "fashion_mnist_elastic.py")
+    out = subprocess.run([HORARUN, "-np", "2", "--min-np", "1", "-H", "127.0.0.1:1,127.0.0.2:1", sys.executable,
+                          example, "--epochs", "1", "--train-limit", "3200", "--no-augment"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "horarun: generation 0: 2 rank(s)" in out.stderr, out.stderr[-3000:]
+    result = re.search(r"RESULT accuracy=(\S+) workers=2", out.stdout)
+    assert result and float(result.group(1)) > 0.6, out.stdout[-3000:]
