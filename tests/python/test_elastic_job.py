@@ -105,3 +105,41 @@ def test_fewer_workers_than_min_np_for_longer_than_the_timeout_end_the_job_sayin
     assert code != 0, output
     assert "fewer than --min-np 2, for longer than --elastic-timeout 3 s" in output, output
     assert time.time() - start < 30, output
+
+
+def test_a_second_failure_during_the_reset_still_ends_in_a_running_job(tmp_path):
+    job = Job(["-np", "3", "--min-np", "1", "-H", "127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"],
+              ["--samples", "240", "--epochs", "2", "--step-sleep", "0.1"], tmp_path)
+    first = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(4) == "1" and int(m.group(7)) >= 4, timeout=90)
+    assert first, "".join(job.lines)
+    second = next(STEP.match(l) for l in reversed(job.lines) if STEP.match(l) and STEP.match(l).group(4) == "2")
+    os.kill(int(STEP.match(first).group(6)), signal.SIGKILL)
+    time.sleep(0.3)  # the survivors are leaving the ring or joining the next generation
+    os.kill(int(second.group(6)), signal.SIGKILL)
+    code, output = job.finish()
+    assert code == 0, output
+    assert any(int(m.group(5)) == 1 for m in job.steps()), output
+    assert output.count("identical=True") == 1, output
+    assert_each_sample_once(job.log, 240, 2, output)
+
+
+def test_a_stopped_worker_is_left_behind_and_its_host_blacklisted(tmp_path):
+    job = Job(["-np", "2", "--min-np", "1", "-H", "127.0.0.1:1,127.0.0.2:1", "--grace-seconds", "1",
+               "-x", "HORA_TIMEOUT_SECONDS=3"],
+              ["--samples", "240", "--epochs", "2", "--step-sleep", "0.1"], tmp_path)
+    victim = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(4) == "1" and int(m.group(7)) >= 4, timeout=90)
+    assert victim, "".join(job.lines)
+    pid = int(STEP.match(victim).group(6))
+    os.kill(pid, signal.SIGSTOP)  # alive, but silent: no connection closes
+    try:
+        resumed = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "1", timeout=90)
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    code, output = job.finish()
+    assert resumed, output
+    assert code == 0, output
+    assert "rank 1" in output and "timed out" in output.lower(), output  # how rank 0 saw it
+    assert_each_sample_once(job.log, 240, 2, output)
