@@ -22,7 +22,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 import hora.torch as hvd
@@ -104,16 +104,11 @@ def main():
     args = parse_args()
     hvd.init()
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
-    x_train, y_train, x_test, y_test = example.load(args.data_dir)
-    if args.train_limit:
-        x_train, y_train = x_train[:args.train_limit], y_train[:args.train_limit]
-    mean, std = x_train.float().mean() / 255, x_train.float().std() / 255
-    prepare = lambda x: ((x.float() / 255 - mean) / std).unsqueeze(1)
-    data = (TensorDataset(x_train, y_train), TensorDataset(x_test, y_test), prepare)
+    data = example.datasets(args.data_dir, args.train_limit)
 
     results = {"workers": hvd.size(), "batch_per_worker": args.batch_size,
                "global_batch": args.batch_size * hvd.size(), "momentum": args.momentum,
-               "train_images": len(x_train), "seed": args.seed, "runs": []}
+               "train_images": len(data[0]), "seed": args.seed, "runs": []}
     for lr in [float(v) for v in args.lrs.split(",")]:
         for name in args.ops.split(","):
             tag = f"{name}-lr{lr:g}"

@@ -69,6 +69,18 @@ def load(data_dir):
     return x_train, y_train, x_test, y_test
 
 
+def datasets(data_dir, train_limit=0):
+    """The training set (its first train_limit images when given), the test set, and `prepare`,
+    which turns a batch of uint8 images into normalized (N, 1, 28, 28) floats (featurewise
+    normalization with the training set's mean and deviation)."""
+    x_train, y_train, x_test, y_test = load(data_dir)
+    if train_limit:
+        x_train, y_train = x_train[:train_limit], y_train[:train_limit]
+    mean, std = x_train.float().mean() / 255, x_train.float().std() / 255
+    prepare = lambda x: ((x.float() / 255 - mean) / std).unsqueeze(1)
+    return TensorDataset(x_train, y_train), TensorDataset(x_test, y_test), prepare
+
+
 def augment(x):
     """The tutorial's ImageDataGenerator: random horizontal flips and shifts of up to 20% of
     the width and height (zero fill), on a batch of (N, 1, 28, 28) images."""
@@ -133,13 +145,7 @@ def main():
     if args.timeline:
         hvd.start_timeline(args.timeline)
 
-    x_train, y_train, x_test, y_test = load(args.data_dir)
-    if args.train_limit:
-        x_train, y_train = x_train[:args.train_limit], y_train[:args.train_limit]
-    mean, std = x_train.float().mean() / 255, x_train.float().std() / 255  # featurewise normalization
-    prepare = lambda x: ((x.float() / 255 - mean) / std).unsqueeze(1)
-    train_set = TensorDataset(x_train, y_train)
-    test_set = TensorDataset(x_test, y_test)
+    train_set, test_set, prepare = datasets(args.data_dir, args.train_limit)
     # hora: each worker reads its own shard of the data.
     train_sampler = DistributedSampler(train_set, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=True, seed=args.seed)
     test_sampler = DistributedSampler(test_set, num_replicas=hvd.size(), rank=hvd.rank(), shuffle=False)

@@ -16,7 +16,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
 import hora.torch as hvd
@@ -47,12 +47,7 @@ def main():
     hvd.init()
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(1, (os.cpu_count() or 1) // hvd.local_size()))
-    x_train, y_train, x_test, y_test = example.load(args.data_dir)
-    if args.train_limit:
-        x_train, y_train = x_train[:args.train_limit], y_train[:args.train_limit]
-    mean, std = x_train.float().mean() / 255, x_train.float().std() / 255
-    prepare = lambda x: ((x.float() / 255 - mean) / std).unsqueeze(1)
-    train_set, test_set = TensorDataset(x_train, y_train), TensorDataset(x_test, y_test)
+    train_set, test_set, prepare = example.datasets(args.data_dir, args.train_limit)
 
     model = example.wide_resnet(args.width) if args.model == "wrn" else example.small_cnn()
     optimizer = hvd.DistributedOptimizer(

@@ -12,7 +12,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.executable), "horarun")
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic", "elastic_train.py")
