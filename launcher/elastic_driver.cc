@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <utility>
 
 #include "bootstrap/elastic_join.h"
 #include "common/crypto.h"
@@ -53,6 +55,38 @@ ElasticLimits limitsOf(const JobFlags& f) {
   return l;
 }
 
+// Where the store listens and the address each host's workers call it at. Hosts discovered
+// later may sit behind another interface than the first ones, so with a discovery script the
+// store listens on every interface (it refuses frames without the job's secret) and each remote
+// host gets this machine's address on its route; --network-interface pins one address for all.
+class StoreReach {
+ public:
+  StoreReach(const JobFlags& f, const std::vector<HostSlots>& first_hosts) {
+    if (!f.network_interface.empty()) {
+      listen_ = fixed_ = common::interfaceAddress(f.network_interface);
+      return;
+    }
+    const bool all_local = std::all_of(first_hosts.begin(), first_hosts.end(),
+                                       [](const HostSlots& h) { return isLocalHost(h.host); });
+    if (all_local && f.elastic.discovery_script.empty()) listen_ = fixed_ = "127.0.0.1";
+    else listen_ = "0.0.0.0";
+  }
+  const std::string& listenAddress() const { return listen_; }
+  // The driver's own client.
+  std::string selfAddress() const { return fixed_.empty() ? "127.0.0.1" : fixed_; }
+  // Throws InvalidArgumentError naming the host when it has no route from here.
+  std::string addressFor(const std::string& host) {
+    if (!fixed_.empty()) return fixed_;
+    auto it = by_host_.find(host);
+    if (it == by_host_.end()) it = by_host_.emplace(host, isLocalHost(host) ? "127.0.0.1" : addressToward(host)).first;
+    return it->second;
+  }
+
+ private:
+  std::string listen_, fixed_;
+  std::map<std::string, std::string> by_host_;
+};
+
 milliseconds drawCooldown(milliseconds min, milliseconds max) {
   static std::mt19937_64 random{std::random_device{}()};
   return milliseconds(std::uniform_int_distribution<int64_t>(min.count(), max.count())(random));
@@ -60,13 +94,13 @@ milliseconds drawCooldown(milliseconds min, milliseconds max) {
 
 class ElasticDriver {
  public:
-  ElasticDriver(const JobFlags& f, Env env, std::vector<HostSlots> first_hosts, const std::string& store_host)
+  ElasticDriver(const JobFlags& f, Env env, std::vector<HostSlots> first_hosts)
       : f_(f),
         env_(std::move(env)),
         first_hosts_(std::move(first_hosts)),
         secret_(common::randomSecret()),
-        store_host_(store_host),
-        store_(store_host_, 0, secret_),
+        reach_(f, first_hosts_),
+        store_(reach_.listenAddress(), 0, secret_),
         workers_(milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir, f.timestamp_output),
         planner_(limitsOf(f), drawCooldown) {
     if (!f.elastic.discovery_script.empty())
@@ -75,16 +109,18 @@ class ElasticDriver {
 
   int run() {
     installForwardingSignalHandlers();
-    client_ = std::make_unique<rendezvous::TcpStore>(store_host_, store_.port(), secret_,
+    client_ = std::make_unique<rendezvous::TcpStore>(reach_.selfAddress(), store_.port(), secret_,
                                                      common::Deadline::after(std::chrono::seconds(10)));
     if (f_.verbose)
-      std::cerr << "horarun: elastic job, rendezvous store on " << store_host_ << ":" << store_.port() << "\n";
+      std::cerr << "horarun: elastic job, rendezvous store on " << reach_.listenAddress() << ":" << store_.port()
+                << "\n";
     ElasticPlanner::Decisions first;
     planner_.hostsDiscovered(first_hosts_, Clock::now(), first);
     if (std::optional<int> code = apply(first)) return *code;
     auto next_discovery = Clock::now() + kDiscoveryPeriod;
     for (;;) {
       ElasticPlanner::Decisions d;
+      for (const auto& [id, why] : std::exchange(unstartable_, {})) planner_.exited(id, true, why, Clock::now(), d);
       for (const WorkerSet::Exit& e : workers_.reap(milliseconds(50))) {
         std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
         for (int n : numbers)
@@ -153,14 +189,14 @@ class ElasticDriver {
     std::cerr << "horarun: generation " << planner_.generation() << ": " << size << " rank(s)\n";
   }
 
-  Env workerEnvironment(const ElasticPlanner::Worker& w) const {
+  Env workerEnvironment(const ElasticPlanner::Worker& w, const std::string& store_address) const {
     Env env = env_;
     env["HORA_ELASTIC"] = "1";
     env["HORA_ELASTIC_WORKER_ID"] = w.id;
     env["HORA_ELASTIC_TIMEOUT_SECONDS"] = std::to_string(static_cast<int64_t>(f_.elastic.timeout_seconds));
     env["HORA_HOSTNAME"] = w.host;
     env["HOROVOD_HOSTNAME"] = w.host;
-    env["HORA_RENDEZVOUS_ADDR"] = store_host_;
+    env["HORA_RENDEZVOUS_ADDR"] = store_address;
     env["HORA_RENDEZVOUS_PORT"] = std::to_string(store_.port());
     env["HORA_SECRET"] = secret_;
     return env;
@@ -173,6 +209,15 @@ class ElasticDriver {
       const int number = next_number_++;
       ids_[number] = w.id;
       numbers_[w.id] = number;
+      std::string store_address;
+      try {
+        store_address = reach_.addressFor(w.host);
+      } catch (const InvalidArgumentError& e) {
+        // A discovered host we cannot reach fails like a worker that died at once: blacklisted.
+        unstartable_.emplace_back(w.id, "worker " + w.id + " cannot start: " + e.what());
+        std::cerr << "horarun: " << unstartable_.back().second << "\n";
+        continue;
+      }
       auto local = local_.find(w.host);
       if (local == local_.end()) local = local_.emplace(w.host, isLocalHost(w.host)).first;
       if (local->second) {
@@ -180,7 +225,7 @@ class ElasticDriver {
         spec.rank = number;
         spec.host = w.host;
         spec.argv = f_.command;
-        spec.env = workerEnvironment(w);
+        spec.env = workerEnvironment(w, store_address);
         workers_.start(spec);
         workers_.relabel(number, w.id);
         continue;
@@ -189,7 +234,7 @@ class ElasticDriver {
       plan.host = w.host;
       plan.grace_ms = static_cast<int>(f_.grace_seconds * 1000);
       plan.command = f_.command;
-      Env env = workerEnvironment(w);
+      Env env = workerEnvironment(w, store_address);
       for (auto& [k, v] : forwardedEnvironment(environ)) env.emplace(k, v);
       plan.ranks.push_back({number, std::move(env)});
     }
@@ -214,7 +259,7 @@ class ElasticDriver {
   const Env env_;
   const std::vector<HostSlots> first_hosts_;
   const std::string secret_;
-  const std::string store_host_;
+  StoreReach reach_;
   rendezvous::TcpStoreServer store_;
   std::unique_ptr<rendezvous::TcpStore> client_;
   WorkerSet workers_;
@@ -224,6 +269,7 @@ class ElasticDriver {
   std::map<std::string, int> numbers_;   // and back
   std::map<std::string, std::string> nonces_;  // the last join read of each worker
   std::map<std::string, bool> local_;    // by host: this machine?
+  std::vector<std::pair<std::string, std::string>> unstartable_;  // (worker id, why), reported as exits
   int next_number_ = 0;
   int64_t joins_seen_ = -1;
   int64_t hosts_updated_ = 0;
@@ -256,20 +302,7 @@ int runElasticJob(const JobFlags& f, const Env& worker_env) {
     ::gethostname(name, sizeof(name) - 1);
     hosts = {{name, f.np, true}};
   }
-  // The store listens where every host can reach it: loopback while every host is this one,
-  // else our address toward the first remote host (or on --network-interface). Hosts discovered
-  // later must be reachable from that address.
-  std::string store_host = "127.0.0.1";
-  if (!f.network_interface.empty()) {
-    store_host = common::interfaceAddress(f.network_interface);
-  } else {
-    for (const auto& h : hosts)
-      if (!isLocalHost(h.host)) {
-        store_host = addressToward(h.host);
-        break;
-      }
-  }
-  return ElasticDriver(f, worker_env, hosts, store_host).run();
+  return ElasticDriver(f, worker_env, hosts).run();
 }
 
 }  // namespace hora::launcher
