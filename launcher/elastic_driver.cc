@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -37,17 +38,30 @@ using std::chrono::milliseconds;
 
 // How often the discovery script runs (horovodrun: every second).
 constexpr auto kDiscoveryPeriod = std::chrono::seconds(1);
-// Members of a generation that have not asked to join this long after the first did are stuck
-// (stopped, or their link is down): a live worker re-joins within its collective's timeout.
-constexpr auto kJoinWindow = std::chrono::seconds(10);
+// How long members of a generation may take to ask to join after the first did before they are
+// taken for stuck (stopped, or their link is down): the knob HORA_ELASTIC_JOIN_WINDOW_SECONDS, from
+// -x or horarun's environment, default 10 s. A live worker re-joins within its collective's
+// timeout (HORA_TIMEOUT_SECONDS), so the window should not be shorter than that.
+milliseconds joinWindowOf(const Env& worker_env) {
+  constexpr const char* kKnob = "HORA_ELASTIC_JOIN_WINDOW_SECONDS";
+  std::string text;
+  if (auto it = worker_env.find(kKnob); it != worker_env.end()) text = it->second;
+  else if (const char* v = std::getenv(kKnob)) text = v;
+  if (text.empty()) return std::chrono::seconds(10);
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(seconds > 0) || seconds > 86400)
+    throw InvalidArgumentError(std::string(kKnob) + " '" + text + "' is not a number of seconds in (0, 86400]");
+  return milliseconds(static_cast<int64_t>(seconds * 1000));
+}
 
-ElasticLimits limitsOf(const JobFlags& f) {
+ElasticLimits limitsOf(const JobFlags& f, const Env& worker_env) {
   ElasticLimits l;
   l.min_np = f.elastic.min_np > 0 ? f.elastic.min_np : f.np;
   if (f.elastic.max_np > 0) l.max_np = f.elastic.max_np;
   l.reset_limit = f.elastic.reset_limit;
   l.elastic_timeout = milliseconds(static_cast<int64_t>(f.elastic.timeout_seconds * 1000));
-  l.join_window = kJoinWindow;
+  l.join_window = joinWindowOf(worker_env);
   if (f.elastic.cooldown_range.size() == 2) {
     l.cooldown_min = milliseconds(static_cast<int64_t>(f.elastic.cooldown_range[0] * 1000));
     l.cooldown_max = milliseconds(static_cast<int64_t>(f.elastic.cooldown_range[1] * 1000));
@@ -55,35 +69,41 @@ ElasticLimits limitsOf(const JobFlags& f) {
   return l;
 }
 
-// Where the store listens and the address each host's workers call it at. Hosts discovered
-// later may sit behind another interface than the first ones, so with a discovery script the
-// store listens on every interface (it refuses frames without the job's secret) and each remote
-// host gets this machine's address on its route; --network-interface pins one address for all.
+// Where the store listens and the address each host's workers call it at (which is also the
+// address a worker advertises to its ring: the local address of its store connection). Hosts
+// discovered later may sit behind another interface than the first ones, so unless every host is
+// this one and fixed, the store listens on every interface (it refuses frames without the job's
+// secret), each remote host is told this machine's address on its route, and local workers an
+// address the other hosts can reach. --network-interface pins one address for all.
 class StoreReach {
  public:
   StoreReach(const JobFlags& f, const std::vector<HostSlots>& first_hosts) {
     if (!f.network_interface.empty()) {
-      listen_ = fixed_ = common::interfaceAddress(f.network_interface);
+      listen_ = local_ = common::interfaceAddress(f.network_interface);
+      pinned_ = true;
       return;
     }
-    const bool all_local = std::all_of(first_hosts.begin(), first_hosts.end(),
-                                       [](const HostSlots& h) { return isLocalHost(h.host); });
-    if (all_local && f.elastic.discovery_script.empty()) listen_ = fixed_ = "127.0.0.1";
-    else listen_ = "0.0.0.0";
+    auto remote = std::find_if(first_hosts.begin(), first_hosts.end(),
+                               [](const HostSlots& h) { return !isLocalHost(h.host); });
+    if (remote != first_hosts.end()) local_ = addressToward(remote->host);
+    else if (!f.elastic.discovery_script.empty()) local_ = routableOwnAddress();
+    else local_ = "127.0.0.1";
+    listen_ = local_ == "127.0.0.1" ? local_ : "0.0.0.0";
   }
   const std::string& listenAddress() const { return listen_; }
   // The driver's own client.
-  std::string selfAddress() const { return fixed_.empty() ? "127.0.0.1" : fixed_; }
+  std::string selfAddress() const { return listen_ == "0.0.0.0" ? "127.0.0.1" : listen_; }
   // Throws InvalidArgumentError naming the host when it has no route from here.
   std::string addressFor(const std::string& host) {
-    if (!fixed_.empty()) return fixed_;
+    if (pinned_) return local_;
     auto it = by_host_.find(host);
-    if (it == by_host_.end()) it = by_host_.emplace(host, isLocalHost(host) ? "127.0.0.1" : addressToward(host)).first;
+    if (it == by_host_.end()) it = by_host_.emplace(host, isLocalHost(host) ? local_ : addressToward(host)).first;
     return it->second;
   }
 
  private:
-  std::string listen_, fixed_;
+  std::string listen_, local_;
+  bool pinned_ = false;
   std::map<std::string, std::string> by_host_;
 };
 
@@ -102,7 +122,7 @@ class ElasticDriver {
         reach_(f, first_hosts_),
         store_(reach_.listenAddress(), 0, secret_),
         workers_(milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir, f.timestamp_output),
-        planner_(limitsOf(f), drawCooldown) {
+        planner_(limitsOf(f, env_), drawCooldown) {
     if (!f.elastic.discovery_script.empty())
       discovery_.emplace(f.elastic.discovery_script, f.slots_per_host > 0 ? f.slots_per_host : 1);
   }

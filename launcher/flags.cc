@@ -325,6 +325,8 @@ CommandLine parseArgs(std::vector<std::string> args, const std::vector<std::stri
   if (knobs_markdown) c.action = CommandLine::Action::kPrintKnobs;
   if (knobs_markdown || check_build) return c;
   c.job.command = app.remaining();
+  // horovodrun's elastic mode starts with --min-np ranks when -np is not given.
+  if (c.job.np == 0 && c.job.elastic.min_np > 0) c.job.np = c.job.elastic.min_np;
   if (const std::string why = refusal(c.job); !why.empty()) return refuse(why);
   try {
     c.job.knobs = knob_flags.knobs();

@@ -47,6 +47,7 @@ start_job() {
   shift; targs=("$@")
   out="$tmp/$name.out" log="$tmp/$name.log"
   rm -f "$log"
+  : >"$out"
   on_host 1 timeout 300 "$horarun" -i "$SSH_KEY" "${hargs[@]}" "$python" "$train" --log "$log" "${targs[@]}" \
     >"$out" 2>&1 &
   job=$!
