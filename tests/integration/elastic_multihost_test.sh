@@ -67,6 +67,12 @@ each_sample_once() {
 prefixes_follow_ranks() {
   sed -E -n "s/$step_re.*/\1 \3/p" "$out" | awk '$1 != $2 { bad = 1 } END { exit bad }'
 }
+# since_ms START_MS SIZE: ms from START_MS (epoch ms) to the first step line at SIZE ranks
+since_ms() {
+  local t
+  t=$(grep -E "<stdout>:step .* size=$2 " "$out" | head -1 | sed -E 's/.*:step ([0-9.]+) .*/\1/')
+  [ -n "$t" ] && awk -v t="$t" -v s="$1" 'BEGIN { printf "%d", t * 1000 - s }'
+}
 finish() {  # the job's exit code
   wait "$job"
 }
@@ -74,8 +80,10 @@ finish() {  # the job's exit code
 # 1. SIGKILL a whole host: 2 ranks on each of 2 hosts, host 2 goes.
 start_job kill_host -np 4 --min-np 2 -H "$h1:2,$h2:2" -- --samples 240 --epochs 2 --step-sleep 0.1
 if wait_line "<stdout>:step .* gen=0 rank=3 size=4 .* step=6$" 120; then
+  killed_ms=$(date +%s%3N)
   kill_host 2
   finish; code=$?
+  echo "from the host's SIGKILL to the first step at 2 ranks: $(since_ms "$killed_ms" 2) ms"
   grep -q "horarun: generation 1: 2 rank(s)" "$out" && grep -E -q "<stdout>:step .* size=2 " "$out" &&
     [ "$code" = 0 ] && [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
   check "a SIGKILLed host: the other host's 2 ranks go on from the last commit, every sample once (code $code)" $?
@@ -88,8 +96,10 @@ fi
 start_job cut_link -np 3 --min-np 1 -H "$h1:1,$h3:1,$h4:1" --grace-seconds 1 -x HORA_TIMEOUT_SECONDS=3 \
   -- --samples 240 --epochs 2 --step-sleep 0.1
 if wait_line "<stdout>:step .* gen=0 rank=2 size=3 .* step=6$" 120; then
+  cut_ms=$(date +%s%3N)
   ip link set "hv${HOSTS_ID}h4" down
   finish; code=$?
+  echo "from the cut to the first step at 2 ranks: $(since_ms "$cut_ms" 2) ms (HORA_TIMEOUT_SECONDS 3 + the join window)"
   grep -q "horarun: generation 1: 2 rank(s)" "$out" && [ "$code" = 0 ] &&
     [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
   check "a cut link: the 2 other hosts go on without it, every sample once (code $code)" $?
@@ -106,7 +116,9 @@ start_job discovered --min-np 1 --host-discovery-script "cat $tmp/hosts" -- --sa
 if wait_line "<stdout>:step .* size=1 " 120; then
   echo "$h1:1
 $h3:1" >"$tmp/hosts"
+  added_ms=$(date +%s%3N)
   finish; code=$?
+  echo "from the discovery file's change to the first step at 2 ranks: $(since_ms "$added_ms" 2) ms"
   grep -E -q "^\[1\]<stdout>:step .* rank=1 size=2 " "$out" && [ "$code" = 0 ] &&
     [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 400 2 && prefixes_follow_ranks
   check "discovery adds a remote host: the job grows to 2 ranks across hosts, every sample once (code $code)" $?
