@@ -144,7 +144,8 @@ class ElasticDriver {
       for (const WorkerSet::Exit& e : workers_.reap(milliseconds(50))) {
         std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
         for (int n : numbers)
-          if (auto id = ids_.find(n); id != ids_.end()) planner_.exited(id->second, e.failed, e.why, Clock::now(), d);
+          if (auto id = ids_.find(n); id != ids_.end())
+            planner_.exited(id->second, e.failed, exitText(id->second, e), Clock::now(), d);
       }
       if (const int sig = takePendingSignal()) {
         std::cerr << "horarun: received signal " << strsignal(sig) << "; stopping the workers\n";
@@ -164,6 +165,18 @@ class ElasticDriver {
  private:
   common::Deadline soon() const { return common::Deadline::after(std::chrono::seconds(10)); }
 
+  // "worker a:1 was killed by signal 9 (Killed)": the WorkerSet's text names the driver's number
+  // for the worker, which is no rank.
+  static std::string exitText(const std::string& id, const WorkerSet::Exit& e) {
+    std::string what = e.why;
+    for (const char* verb : {" exited with ", " was killed by "})
+      if (const auto at = e.why.find(verb); at != std::string::npos) {
+        what = e.why.substr(at + 1);
+        break;
+      }
+    return "worker " + id + (e.agent_ranks.empty() ? " " : " (its host's ssh and host agent) ") + what;
+  }
+
   // The joins that arrived since the last look (a worker bumps elastic/joins after its join key).
   void readJoins(ElasticPlanner::Decisions& d) {
     const int64_t joins = client_->add(bootstrap::kElasticJoinCountKey, 0, soon());
@@ -179,6 +192,7 @@ class ElasticDriver {
 
   // Carries out the planner's decisions; the job's exit code once it ends.
   std::optional<int> apply(ElasticPlanner::Decisions& d) {
+    for (const auto& note : d.notes) std::cerr << "horarun: " << note << "\n";
     for (size_t i = 0; i < d.answers.size(); ++i)
       client_->set(bootstrap::elasticAnswerKey(d.answers[i].first, d.answers[i].second), d.answer_values[i], soon());
     if (!d.hosts_updated.empty()) {

@@ -97,6 +97,7 @@ TEST(ElasticPlanner, AFailedWorkerBlacklistsItsHostStopsItsOtherWorkersAndTheRes
   ASSERT_TRUE(p.tick().generation_formed);
   const Decisions d = p.exit("b:1", true);
   EXPECT_EQ(d.stop, (std::vector<std::string>{"b:0"}));
+  EXPECT_EQ(d.notes, (std::vector<std::string>{"host b is blacklisted for good: b:1 exited"}));
   EXPECT_TRUE(p.get().blacklisted("b", p.now()));
   p.exit("b:0", true);  // stopped: no second blacklisting, no new decision
   p.join("a:0");
@@ -135,6 +136,9 @@ TEST(ElasticPlanner, AMemberThatDoesNotRejoinWithinTheWindowIsStoppedAndBlacklis
   ASSERT_TRUE(g.generation_formed);
   EXPECT_EQ(g.stop, (std::vector<std::string>{"b:0"}));
   EXPECT_TRUE(p.get().blacklisted("b", p.now()));
+  EXPECT_EQ(g.notes, (std::vector<std::string>{
+                         "host b is blacklisted for good: worker b:0 (rank 1 of generation 0) did not ask to join "
+                         "the next generation within the join window 10 s; it is stopped"}));
   EXPECT_EQ(answerOf(g, "a:0"), "1 0 1");
 }
 
@@ -222,7 +226,7 @@ TEST(ElasticPlanner, ACooldownEndsAndTheHostGetsWorkersAgain) {
   l.cooldown_min = l.cooldown_max = seconds(5);
   Planner p(l);
   p.hosts({{"a", 1, true}, {"b", 1, true}});
-  p.exit("b:0", true);
+  EXPECT_EQ(p.exit("b:0", true).notes, (std::vector<std::string>{"host b is blacklisted for 5 s: b:0 exited"}));
   EXPECT_TRUE(p.get().blacklisted("b", p.now()));
   EXPECT_TRUE(p.tick(seconds(4)).start.empty());
   EXPECT_EQ(ids(p.tick(seconds(2)).start), (std::vector<std::string>{"b:0"}));

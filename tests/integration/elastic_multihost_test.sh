@@ -85,6 +85,7 @@ if wait_line "<stdout>:step .* gen=0 rank=3 size=4 .* step=6$" 120; then
   finish; code=$?
   echo "from the host's SIGKILL to the first step at 2 ranks: $(since_ms "$killed_ms" 2) ms"
   grep -q "horarun: generation 1: 2 rank(s)" "$out" && grep -E -q "<stdout>:step .* size=2 " "$out" &&
+    grep -E -q "horarun: host $h2 is blacklisted for good: worker $h2:[01] \(its host's ssh and host agent\) (exited|was killed)" "$out" &&
     [ "$code" = 0 ] && [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
   check "a SIGKILLed host: the other host's 2 ranks go on from the last commit, every sample once (code $code)" $?
   [ "$code" = 0 ] || tail -n 30 "$out"
@@ -101,6 +102,7 @@ if wait_line "<stdout>:step .* gen=0 rank=2 size=3 .* step=6$" 120; then
   finish; code=$?
   echo "from the cut to the first step at 2 ranks: $(since_ms "$cut_ms" 2) ms (HORA_TIMEOUT_SECONDS 3 + the join window)"
   grep -q "horarun: generation 1: 2 rank(s)" "$out" && [ "$code" = 0 ] &&
+    grep -q "horarun: host $h4 is blacklisted for good: worker $h4:0 (rank 2 of generation 0) did not ask to join" "$out" &&
     [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
   check "a cut link: the 2 other hosts go on without it, every sample once (code $code)" $?
   [ "$code" = 0 ] || tail -n 30 "$out"
