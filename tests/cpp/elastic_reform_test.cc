@@ -16,6 +16,7 @@
 
 #include "bootstrap/elastic_join.h"
 #include "harness.h"
+#include "hora/c_api.h"
 #include "hora/hora.h"
 #include "rendezvous/tcp_store.h"
 
@@ -202,6 +203,35 @@ TEST(ElasticFaults, WorkersReformInTheSameProcessAfterPlannedChangesAndAKillWith
   EXPECT_NE(outcomes[0].output.find("generation 5 rank 0 size 1: steps ok"), std::string::npos) << outcomes[0].output;
   EXPECT_NE(outcomes[1].output.find("removed: elastic worker h:1 was removed from the job by horarun: its host left"),
             std::string::npos) << outcomes[1].output;
+}
+
+// A C program's elastic worker: joins twice through the C ABI; exits with 20 + the second status.
+HORA_WORKER_SCENARIO(elastic_c_worker) {
+  ::setenv("HORA_ELASTIC_WORKER_ID", "c:0", 1);
+  hora_comm* comm = nullptr;
+  if (hora_comm_init(&comm) != HORA_OK) {
+    std::printf("first join failed: %s\n", hora_last_error());
+    return 1;
+  }
+  double x = 2, y = 0;
+  const hora_status sum = hora_allreduce(comm, &x, &y, 1, HORA_FLOAT64, HORA_SUM, 1.0, 1.0);
+  std::printf("first join: size %d, sum %g (status %d)\n", hora_comm_size(comm), y, static_cast<int>(sum));
+  hora_comm_destroy(comm);
+  const hora_status second = hora_comm_init(&comm);
+  std::printf("second join: status %d: %s\n", static_cast<int>(second), hora_last_error());
+  return 20 + static_cast<int>(second);
+}
+
+TEST(ElasticFaults, TheCAbiPlacesAWorkerAndReportsItsRemovalAsHoraErrRemoved) {
+  ProcessJob job(1, "elastic_c_worker", {{"HORA_ELASTIC", "1"}, {"HORA_ELASTIC_TIMEOUT_SECONDS", "60"}});
+  TestDriver driver(job.storePort());
+  driver.form(0, {"c:0"});
+  driver.answer("c:0", "removed its host was blacklisted");
+  const auto outcomes = job.wait(60s);
+  EXPECT_EQ(outcomes[0].exit_code, 20 + HORA_ERR_REMOVED) << outcomes[0].output;
+  EXPECT_NE(outcomes[0].output.find("first join: size 1, sum 2 (status 0)"), std::string::npos) << outcomes[0].output;
+  EXPECT_NE(outcomes[0].output.find("c:0 was removed from the job by horarun: its host was blacklisted"),
+            std::string::npos) << outcomes[0].output;
 }
 
 }  // namespace
