@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -238,6 +239,16 @@ TEST(HorovodrunFlags, ElasticFlagsAndMinNpStandingInForAMissingNp) {
   EXPECT_NE(parse({"--min-np", "3", "--max-np", "2", "true"}).stderr_text.find("--min-np 3 exceeds --max-np 2"),
             std::string::npos);
   EXPECT_FALSE(parse({"-np", "2", "true"}).line.job.elastic.enabled());
+}
+
+TEST(HorovodrunFlags, ElasticTimeoutFromHorovodsVariableWhenTheFlagIsNotGiven) {
+  ::setenv("HOROVOD_ELASTIC_TIMEOUT", "45", 1);
+  EXPECT_EQ(parse({"--min-np", "1", "true"}).line.job.elastic.timeout_seconds, 45);
+  EXPECT_EQ(parse({"--min-np", "1", "--elastic-timeout", "7", "true"}).line.job.elastic.timeout_seconds, 7);
+  ::setenv("HOROVOD_ELASTIC_TIMEOUT", "soon", 1);
+  EXPECT_NE(parse({"--min-np", "1", "true"}).stderr_text.find("HOROVOD_ELASTIC_TIMEOUT 'soon'"), std::string::npos);
+  ::unsetenv("HOROVOD_ELASTIC_TIMEOUT");
+  EXPECT_EQ(parse({"--min-np", "1", "true"}).line.job.elastic.timeout_seconds, 600);
 }
 
 TEST(HorovodrunFlags, ConfigFileSetsHorovodrunsParametersAndTheCommandLineWins) {
