@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <random>
+#include <utility>
 
 #include "bootstrap/elastic_join.h"
 #include "common/crypto.h"
@@ -35,23 +38,74 @@ using std::chrono::milliseconds;
 
 // How often the discovery script runs (horovodrun: every second).
 constexpr auto kDiscoveryPeriod = std::chrono::seconds(1);
-// Members of a generation that have not asked to join this long after the first did are stuck
-// (stopped, or their link is down): a live worker re-joins within its collective's timeout.
-constexpr auto kJoinWindow = std::chrono::seconds(10);
+// How long members of a generation may take to ask to join after the first did before they are
+// taken for stuck (stopped, or their link is down): the knob HORA_ELASTIC_JOIN_WINDOW_SECONDS, from
+// -x or horarun's environment, default 10 s. A live worker re-joins within its collective's
+// timeout (HORA_TIMEOUT_SECONDS), so the window should not be shorter than that.
+milliseconds joinWindowOf(const Env& worker_env) {
+  constexpr const char* kKnob = "HORA_ELASTIC_JOIN_WINDOW_SECONDS";
+  std::string text;
+  if (auto it = worker_env.find(kKnob); it != worker_env.end()) text = it->second;
+  else if (const char* v = std::getenv(kKnob)) text = v;
+  if (text.empty()) return std::chrono::seconds(10);
+  char* end = nullptr;
+  const double seconds = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(seconds > 0) || seconds > 86400)
+    throw InvalidArgumentError(std::string(kKnob) + " '" + text + "' is not a number of seconds in (0, 86400]");
+  return milliseconds(static_cast<int64_t>(seconds * 1000));
+}
 
-ElasticLimits limitsOf(const JobFlags& f) {
+ElasticLimits limitsOf(const JobFlags& f, const Env& worker_env) {
   ElasticLimits l;
   l.min_np = f.elastic.min_np > 0 ? f.elastic.min_np : f.np;
   if (f.elastic.max_np > 0) l.max_np = f.elastic.max_np;
   l.reset_limit = f.elastic.reset_limit;
   l.elastic_timeout = milliseconds(static_cast<int64_t>(f.elastic.timeout_seconds * 1000));
-  l.join_window = kJoinWindow;
+  l.join_window = joinWindowOf(worker_env);
   if (f.elastic.cooldown_range.size() == 2) {
     l.cooldown_min = milliseconds(static_cast<int64_t>(f.elastic.cooldown_range[0] * 1000));
     l.cooldown_max = milliseconds(static_cast<int64_t>(f.elastic.cooldown_range[1] * 1000));
   }
   return l;
 }
+
+// Where the store listens and the address each host's workers call it at (which is also the
+// address a worker advertises to its ring: the local address of its store connection). Hosts
+// discovered later may sit behind another interface than the first ones, so unless every host is
+// this one and fixed, the store listens on every interface (it refuses frames without the job's
+// secret), each remote host is told this machine's address on its route, and local workers an
+// address the other hosts can reach. --network-interface pins one address for all.
+class StoreReach {
+ public:
+  StoreReach(const JobFlags& f, const std::vector<HostSlots>& first_hosts) {
+    if (!f.network_interface.empty()) {
+      listen_ = local_ = common::interfaceAddress(f.network_interface);
+      pinned_ = true;
+      return;
+    }
+    auto remote = std::find_if(first_hosts.begin(), first_hosts.end(),
+                               [](const HostSlots& h) { return !isLocalHost(h.host); });
+    if (remote != first_hosts.end()) local_ = addressToward(remote->host);
+    else if (!f.elastic.discovery_script.empty()) local_ = routableOwnAddress();
+    else local_ = "127.0.0.1";
+    listen_ = local_ == "127.0.0.1" ? local_ : "0.0.0.0";
+  }
+  const std::string& listenAddress() const { return listen_; }
+  // The driver's own client.
+  std::string selfAddress() const { return listen_ == "0.0.0.0" ? "127.0.0.1" : listen_; }
+  // Throws InvalidArgumentError naming the host when it has no route from here.
+  std::string addressFor(const std::string& host) {
+    if (pinned_) return local_;
+    auto it = by_host_.find(host);
+    if (it == by_host_.end()) it = by_host_.emplace(host, isLocalHost(host) ? local_ : addressToward(host)).first;
+    return it->second;
+  }
+
+ private:
+  std::string listen_, local_;
+  bool pinned_ = false;
+  std::map<std::string, std::string> by_host_;
+};
 
 milliseconds drawCooldown(milliseconds min, milliseconds max) {
   static std::mt19937_64 random{std::random_device{}()};
@@ -60,35 +114,38 @@ milliseconds drawCooldown(milliseconds min, milliseconds max) {
 
 class ElasticDriver {
  public:
-  ElasticDriver(const JobFlags& f, Env env, std::vector<HostSlots> first_hosts, const std::string& store_host)
+  ElasticDriver(const JobFlags& f, Env env, std::vector<HostSlots> first_hosts)
       : f_(f),
         env_(std::move(env)),
         first_hosts_(std::move(first_hosts)),
         secret_(common::randomSecret()),
-        store_host_(store_host),
-        store_(store_host_, 0, secret_),
+        reach_(f, first_hosts_),
+        store_(reach_.listenAddress(), 0, secret_),
         workers_(milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir, f.timestamp_output),
-        planner_(limitsOf(f), drawCooldown) {
+        planner_(limitsOf(f, env_), drawCooldown) {
     if (!f.elastic.discovery_script.empty())
       discovery_.emplace(f.elastic.discovery_script, f.slots_per_host > 0 ? f.slots_per_host : 1);
   }
 
   int run() {
     installForwardingSignalHandlers();
-    client_ = std::make_unique<rendezvous::TcpStore>(store_host_, store_.port(), secret_,
+    client_ = std::make_unique<rendezvous::TcpStore>(reach_.selfAddress(), store_.port(), secret_,
                                                      common::Deadline::after(std::chrono::seconds(10)));
     if (f_.verbose)
-      std::cerr << "horarun: elastic job, rendezvous store on " << store_host_ << ":" << store_.port() << "\n";
+      std::cerr << "horarun: elastic job, rendezvous store on " << reach_.listenAddress() << ":" << store_.port()
+                << "\n";
     ElasticPlanner::Decisions first;
     planner_.hostsDiscovered(first_hosts_, Clock::now(), first);
     if (std::optional<int> code = apply(first)) return *code;
     auto next_discovery = Clock::now() + kDiscoveryPeriod;
     for (;;) {
       ElasticPlanner::Decisions d;
+      for (const auto& [id, why] : std::exchange(unstartable_, {})) planner_.exited(id, true, why, Clock::now(), d);
       for (const WorkerSet::Exit& e : workers_.reap(milliseconds(50))) {
         std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
         for (int n : numbers)
-          if (auto id = ids_.find(n); id != ids_.end()) planner_.exited(id->second, e.failed, e.why, Clock::now(), d);
+          if (auto id = ids_.find(n); id != ids_.end())
+            planner_.exited(id->second, e.failed, exitText(id->second, e), Clock::now(), d);
       }
       if (const int sig = takePendingSignal()) {
         std::cerr << "horarun: received signal " << strsignal(sig) << "; stopping the workers\n";
@@ -108,6 +165,18 @@ class ElasticDriver {
  private:
   common::Deadline soon() const { return common::Deadline::after(std::chrono::seconds(10)); }
 
+  // "worker a:1 was killed by signal 9 (Killed)": the WorkerSet's text names the driver's number
+  // for the worker, which is no rank.
+  static std::string exitText(const std::string& id, const WorkerSet::Exit& e) {
+    std::string what = e.why;
+    for (const char* verb : {" exited with ", " was killed by "})
+      if (const auto at = e.why.find(verb); at != std::string::npos) {
+        what = e.why.substr(at + 1);
+        break;
+      }
+    return "worker " + id + (e.agent_ranks.empty() ? " " : " (its host's ssh and host agent) ") + what;
+  }
+
   // The joins that arrived since the last look (a worker bumps elastic/joins after its join key).
   void readJoins(ElasticPlanner::Decisions& d) {
     const int64_t joins = client_->add(bootstrap::kElasticJoinCountKey, 0, soon());
@@ -123,6 +192,7 @@ class ElasticDriver {
 
   // Carries out the planner's decisions; the job's exit code once it ends.
   std::optional<int> apply(ElasticPlanner::Decisions& d) {
+    for (const auto& note : d.notes) std::cerr << "horarun: " << note << "\n";
     for (size_t i = 0; i < d.answers.size(); ++i)
       client_->set(bootstrap::elasticAnswerKey(d.answers[i].first, d.answers[i].second), d.answer_values[i], soon());
     if (!d.hosts_updated.empty()) {
@@ -153,14 +223,14 @@ class ElasticDriver {
     std::cerr << "horarun: generation " << planner_.generation() << ": " << size << " rank(s)\n";
   }
 
-  Env workerEnvironment(const ElasticPlanner::Worker& w) const {
+  Env workerEnvironment(const ElasticPlanner::Worker& w, const std::string& store_address) const {
     Env env = env_;
     env["HORA_ELASTIC"] = "1";
     env["HORA_ELASTIC_WORKER_ID"] = w.id;
     env["HORA_ELASTIC_TIMEOUT_SECONDS"] = std::to_string(static_cast<int64_t>(f_.elastic.timeout_seconds));
     env["HORA_HOSTNAME"] = w.host;
     env["HOROVOD_HOSTNAME"] = w.host;
-    env["HORA_RENDEZVOUS_ADDR"] = store_host_;
+    env["HORA_RENDEZVOUS_ADDR"] = store_address;
     env["HORA_RENDEZVOUS_PORT"] = std::to_string(store_.port());
     env["HORA_SECRET"] = secret_;
     return env;
@@ -173,6 +243,15 @@ class ElasticDriver {
       const int number = next_number_++;
       ids_[number] = w.id;
       numbers_[w.id] = number;
+      std::string store_address;
+      try {
+        store_address = reach_.addressFor(w.host);
+      } catch (const InvalidArgumentError& e) {
+        // A discovered host we cannot reach fails like a worker that died at once: blacklisted.
+        unstartable_.emplace_back(w.id, "worker " + w.id + " cannot start: " + e.what());
+        std::cerr << "horarun: " << unstartable_.back().second << "\n";
+        continue;
+      }
       auto local = local_.find(w.host);
       if (local == local_.end()) local = local_.emplace(w.host, isLocalHost(w.host)).first;
       if (local->second) {
@@ -180,7 +259,7 @@ class ElasticDriver {
         spec.rank = number;
         spec.host = w.host;
         spec.argv = f_.command;
-        spec.env = workerEnvironment(w);
+        spec.env = workerEnvironment(w, store_address);
         workers_.start(spec);
         workers_.relabel(number, w.id);
         continue;
@@ -189,7 +268,7 @@ class ElasticDriver {
       plan.host = w.host;
       plan.grace_ms = static_cast<int>(f_.grace_seconds * 1000);
       plan.command = f_.command;
-      Env env = workerEnvironment(w);
+      Env env = workerEnvironment(w, store_address);
       for (auto& [k, v] : forwardedEnvironment(environ)) env.emplace(k, v);
       plan.ranks.push_back({number, std::move(env)});
     }
@@ -214,7 +293,7 @@ class ElasticDriver {
   const Env env_;
   const std::vector<HostSlots> first_hosts_;
   const std::string secret_;
-  const std::string store_host_;
+  StoreReach reach_;
   rendezvous::TcpStoreServer store_;
   std::unique_ptr<rendezvous::TcpStore> client_;
   WorkerSet workers_;
@@ -224,6 +303,7 @@ class ElasticDriver {
   std::map<std::string, int> numbers_;   // and back
   std::map<std::string, std::string> nonces_;  // the last join read of each worker
   std::map<std::string, bool> local_;    // by host: this machine?
+  std::vector<std::pair<std::string, std::string>> unstartable_;  // (worker id, why), reported as exits
   int next_number_ = 0;
   int64_t joins_seen_ = -1;
   int64_t hosts_updated_ = 0;
@@ -256,20 +336,7 @@ int runElasticJob(const JobFlags& f, const Env& worker_env) {
     ::gethostname(name, sizeof(name) - 1);
     hosts = {{name, f.np, true}};
   }
-  // The store listens where every host can reach it: loopback while every host is this one,
-  // else our address toward the first remote host (or on --network-interface). Hosts discovered
-  // later must be reachable from that address.
-  std::string store_host = "127.0.0.1";
-  if (!f.network_interface.empty()) {
-    store_host = common::interfaceAddress(f.network_interface);
-  } else {
-    for (const auto& h : hosts)
-      if (!isLocalHost(h.host)) {
-        store_host = addressToward(h.host);
-        break;
-      }
-  }
-  return ElasticDriver(f, worker_env, hosts, store_host).run();
+  return ElasticDriver(f, worker_env, hosts).run();
 }
 
 }  // namespace hora::launcher

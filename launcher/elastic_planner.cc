@@ -43,12 +43,15 @@ void ElasticPlanner::answerRemoved(Tracked& t, const std::string& why, Decisions
   d.answer_values.push_back("removed " + why);
 }
 
-void ElasticPlanner::blacklist(const std::string& host, Time now) {
+void ElasticPlanner::blacklist(const std::string& host, const std::string& why, Time now, Decisions& d) {
   if (limits_.cooldown_max.count() <= 0) {
     blacklist_[host] = std::nullopt;
+    d.notes.push_back("host " + host + " is blacklisted for good: " + why);
     return;
   }
-  blacklist_[host] = now + draw_cooldown_(limits_.cooldown_min, limits_.cooldown_max);
+  const auto cooldown = draw_cooldown_(limits_.cooldown_min, limits_.cooldown_max);
+  blacklist_[host] = now + cooldown;
+  d.notes.push_back("host " + host + " is blacklisted for " + std::to_string(cooldown.count() / 1000) + " s: " + why);
 }
 
 void ElasticPlanner::announce(const std::string& kind, Decisions& d) {
@@ -146,7 +149,7 @@ void ElasticPlanner::exited(const std::string& id, bool failed, const std::strin
       else if (other.state == State::kStarting) stopWorker(other, d);
     }
   } else {
-    blacklist(t.worker.host, now);
+    blacklist(t.worker.host, why, now, d);
     for (auto& [other_id, other] : workers_) {
       if (other.worker.host != t.worker.host || other.state == State::kLeaving) continue;
       if (other.state == State::kJoined) answerRemoved(other, "its host " + t.worker.host + " is blacklisted: " + why, d);
@@ -195,7 +198,11 @@ void ElasticPlanner::formGeneration(Time now, Decisions& d) {
   // Members that did not re-join within the window are stuck (stopped, or their link is down).
   for (auto& [id, t] : workers_) {
     if (t.state != State::kMember) continue;
-    blacklist(t.worker.host, now);
+    blacklist(t.worker.host,
+              "worker " + t.worker.id + " (rank " + std::to_string(t.rank) + " of generation " +
+                  std::to_string(generation_) + ") did not ask to join the next generation within the join window " +
+                  std::to_string(limits_.join_window.count() / 1000) + " s; it is stopped",
+              now, d);
     stopWorker(t, d);
   }
   std::vector<Tracked*> joining;

@@ -61,6 +61,7 @@ class ElasticPlanner {
     bool generation_formed = false;
     std::optional<int> end_code;  // the job ends with this code
     std::string end_reason;
+    std::vector<std::string> notes;  // why hosts were blacklisted, for horarun's stderr
   };
 
   // `draw_cooldown(min, max)` picks a blacklisting's length (random in the driver, fixed in tests).
@@ -94,7 +95,7 @@ class ElasticPlanner {
   void formGeneration(Time now, Decisions& d);
   void stopWorker(Tracked& t, Decisions& d);
   void answerRemoved(Tracked& t, const std::string& why, Decisions& d);
-  void blacklist(const std::string& host, Time now);
+  void blacklist(const std::string& host, const std::string& why, Time now, Decisions& d);
   void announce(const std::string& kind, Decisions& d);
   void end(int code, const std::string& reason, Decisions& d);
   int liveCount() const;

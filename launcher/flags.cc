@@ -325,6 +325,21 @@ CommandLine parseArgs(std::vector<std::string> args, const std::vector<std::stri
   if (knobs_markdown) c.action = CommandLine::Action::kPrintKnobs;
   if (knobs_markdown || check_build) return c;
   c.job.command = app.remaining();
+  // horovodrun's elastic mode starts with --min-np ranks when -np is not given.
+  if (c.job.np == 0 && c.job.elastic.min_np > 0) c.job.np = c.job.elastic.min_np;
+  // As horovodrun's driver: without --elastic-timeout, the environment's (the knob's own name first).
+  if (app.get_option("--elastic-timeout")->count() == 0) {
+    for (const char* name : {"HORA_ELASTIC_TIMEOUT_SECONDS", "HOROVOD_ELASTIC_TIMEOUT"}) {
+      const char* value = std::getenv(name);
+      if (!value || !*value) continue;
+      char* end = nullptr;
+      const double seconds = std::strtod(value, &end);
+      if (*end != '\0' || !(seconds >= 1) || seconds > 86400.0 * 365)
+        return refuse(std::string(name) + " '" + value + "' is not a number of seconds for --elastic-timeout");
+      c.job.elastic.timeout_seconds = seconds;
+      break;
+    }
+  }
   if (const std::string why = refusal(c.job); !why.empty()) return refuse(why);
   try {
     c.job.knobs = knob_flags.knobs();

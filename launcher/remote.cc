@@ -114,6 +114,17 @@ std::string addressToward(const std::string& host) {
   return text;
 }
 
+std::string routableOwnAddress() {
+  try {
+    return addressToward("192.0.2.1");  // a documentation address: only the route is looked up
+  } catch (const InvalidArgumentError&) {
+    // No default route (an isolated network): any non-loopback address will do.
+  }
+  for (const std::string& a : interfaceAddresses())
+    if (a.rfind("127.", 0) != 0) return a;
+  return "127.0.0.1";
+}
+
 std::string shellQuote(const std::string& s) {
   std::string out = "'";
   for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);

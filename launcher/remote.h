@@ -17,6 +17,11 @@ bool isLocalHost(const std::string& host);
 // Throws InvalidArgumentError naming the host when it does not resolve or has no route.
 std::string addressToward(const std::string& host);
 
+// An address of this machine that other hosts can reach while none is known yet (an elastic job
+// whose remote hosts come later): the default route's source, else the first non-loopback IPv4
+// interface address, else 127.0.0.1.
+std::string routableOwnAddress();
+
 struct SshOptions {
   int port = 0;                    // -p; 0 = ssh's default
   std::string identity_file;       // -i

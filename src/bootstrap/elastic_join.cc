@@ -14,7 +14,8 @@ namespace hora::bootstrap {
 // Note [generations]: every communicator of generation g keeps its keys under "gen<g>/", and the
 // TCP handshake between two ranks authenticates that prefix with the job secret (tcp_connect.cc),
 // so a worker still holding generation g's addresses cannot be taken into generation g+1's ring:
-// its connection fails the handshake and is dropped.
+// its connection fails the handshake and is dropped. Both sides also send their prefix in the
+// clear, so the stale worker's error and the acceptor's log name both generations.
 std::string generationPrefix(int generation) { return "gen" + std::to_string(generation) + "/"; }
 
 std::string elasticJoinKey(const std::string& worker_id) { return "elastic/join/" + worker_id; }

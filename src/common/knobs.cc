@@ -45,6 +45,10 @@ constexpr KnobSpec kKnobs[] = {
     {"HORA_ELASTIC_TIMEOUT_SECONDS", "HOROVOD_ELASTIC_TIMEOUT", G::kLauncherSet, S::kJob, "600",
      "How long an elastic worker waits for the driver to place it in a generation, and how long the "
      "driver waits for at least --min-np workers (horovodrun's --elastic-timeout)."},
+    {"HORA_ELASTIC_JOIN_WINDOW_SECONDS", "", G::kLauncherSet, S::kJob, "10",
+     "How long horarun's elastic driver waits, after the first worker asks to join the next "
+     "generation, for the previous generation's other members before it forms the generation "
+     "without them (if at least --min-np asked) and blacklists the hosts of those that did not."},
     {"OMPI_COMM_WORLD_RANK", "", G::kForeignLauncher, S::kRank, "", "Rank, as OpenMPI's mpirun sets it (used without horarun)."},
     {"OMPI_COMM_WORLD_SIZE", "", G::kForeignLauncher, S::kRank, "", "Number of ranks, as OpenMPI's mpirun sets it."},
     {"OMPI_COMM_WORLD_LOCAL_SIZE", "", G::kForeignLauncher, S::kRank, "",

@@ -97,6 +97,7 @@ TEST(ElasticPlanner, AFailedWorkerBlacklistsItsHostStopsItsOtherWorkersAndTheRes
   ASSERT_TRUE(p.tick().generation_formed);
   const Decisions d = p.exit("b:1", true);
   EXPECT_EQ(d.stop, (std::vector<std::string>{"b:0"}));
+  EXPECT_EQ(d.notes, (std::vector<std::string>{"host b is blacklisted for good: b:1 exited"}));
   EXPECT_TRUE(p.get().blacklisted("b", p.now()));
   p.exit("b:0", true);  // stopped: no second blacklisting, no new decision
   p.join("a:0");
@@ -135,6 +136,9 @@ TEST(ElasticPlanner, AMemberThatDoesNotRejoinWithinTheWindowIsStoppedAndBlacklis
   ASSERT_TRUE(g.generation_formed);
   EXPECT_EQ(g.stop, (std::vector<std::string>{"b:0"}));
   EXPECT_TRUE(p.get().blacklisted("b", p.now()));
+  EXPECT_EQ(g.notes, (std::vector<std::string>{
+                         "host b is blacklisted for good: worker b:0 (rank 1 of generation 0) did not ask to join "
+                         "the next generation within the join window 10 s; it is stopped"}));
   EXPECT_EQ(answerOf(g, "a:0"), "1 0 1");
 }
 
@@ -152,6 +156,41 @@ TEST(ElasticPlanner, ARemovedHostsWorkersAreToldRemovedAndTheOthersSkipNothing) 
   EXPECT_EQ(answerOf(g, "a:0"), "1 0 1");
   EXPECT_TRUE(p.exit("b:0", false).stop.empty());  // its exit 0 after removal does not end training
   EXPECT_FALSE(p.tick().end_code.has_value());
+}
+
+TEST(ElasticPlanner, ADiscoveredHostIsAnnouncedAddedAndItsWorkersRankAfterTheMembers) {
+  Planner p(limits(1));
+  p.hosts({{"b", 1, true}});
+  p.join("b:0");
+  ASSERT_TRUE(p.tick().generation_formed);
+  // "a" sorts before "b" in the discovery, but b:0 holds the committed state: it stays rank 0.
+  EXPECT_EQ(ids(p.hosts({{"a", 1, true}, {"b", 1, true}}).start), (std::vector<std::string>{"a:0"}));
+  EXPECT_EQ(p.join("a:0").hosts_updated, "added");
+  EXPECT_FALSE(p.tick().generation_formed);  // the member re-joins at its next commit
+  p.join("b:0");
+  const Decisions g = p.tick();
+  ASSERT_TRUE(g.generation_formed);
+  EXPECT_EQ(answerOf(g, "b:0"), "1 0 2");
+  EXPECT_EQ(answerOf(g, "a:0"), "1 1 2");
+  EXPECT_EQ(p.get().rankOf("a:0"), 1);
+}
+
+TEST(ElasticPlanner, OnceAWorkerFinishesTheWaitingJoinersAreToldAndTheStartingOnesStopped) {
+  Planner p(limits(1));
+  p.hosts({{"a", 1, true}});
+  p.join("a:0");
+  ASSERT_TRUE(p.tick().generation_formed);
+  p.hosts({{"a", 1, true}, {"b", 1, true}, {"c", 1, true}});
+  p.join("b:0");  // c:0 is still starting
+  const Decisions d = p.exit("a:0", false);
+  EXPECT_EQ(answerOf(d, "b:0"), "removed training has finished");
+  EXPECT_EQ(d.stop, (std::vector<std::string>{"c:0"}));
+  EXPECT_FALSE(d.end_code.has_value());  // b:0 and c:0 have not exited yet
+  EXPECT_TRUE(p.tick(seconds(60)).start.empty());  // no new workers once training is over
+  p.exit("b:0", false);
+  const Decisions last = p.exit("c:0", true);  // stopped by us: no blacklisting, no failure
+  ASSERT_TRUE(last.end_code.has_value());
+  EXPECT_EQ(*last.end_code, 0);
 }
 
 TEST(ElasticPlanner, AWorkerThatFinishesEndsTheJobOnceEveryWorkerHasExited) {
@@ -187,7 +226,7 @@ TEST(ElasticPlanner, ACooldownEndsAndTheHostGetsWorkersAgain) {
   l.cooldown_min = l.cooldown_max = seconds(5);
   Planner p(l);
   p.hosts({{"a", 1, true}, {"b", 1, true}});
-  p.exit("b:0", true);
+  EXPECT_EQ(p.exit("b:0", true).notes, (std::vector<std::string>{"host b is blacklisted for 5 s: b:0 exited"}));
   EXPECT_TRUE(p.get().blacklisted("b", p.now()));
   EXPECT_TRUE(p.tick(seconds(4)).start.empty());
   EXPECT_EQ(ids(p.tick(seconds(2)).start), (std::vector<std::string>{"b:0"}));

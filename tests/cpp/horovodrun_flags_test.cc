@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -218,6 +219,36 @@ TEST(HorovodrunFlags, SingleDashSpellingsAndLauncherFlags) {
             (std::vector<std::string>{"a", "b c", "d \"e\"", "f g"}));
   EXPECT_EQ(parse({"-cb"}).line.action, CommandLine::Action::kCheckBuild);
   EXPECT_EQ(parse({"-v"}).line.exit_code, 0);
+}
+
+TEST(HorovodrunFlags, ElasticFlagsAndMinNpStandingInForAMissingNp) {
+  const Parsed p = parse({"--min-np", "2", "--max-np", "6", "--host-discovery-script", "./hosts.sh", "--slots-per-host",
+                          "3", "--elastic-timeout", "30", "--reset-limit", "4", "--blacklist-cooldown-range", "5",
+                          "60", "python", "train.py"});
+  ASSERT_EQ(p.line.action, CommandLine::Action::kRun) << p.stderr_text;
+  const launcher::JobFlags& f = p.line.job;
+  EXPECT_TRUE(f.elastic.enabled());
+  EXPECT_EQ(f.np, 2);  // as horovodrun: the job starts with --min-np ranks
+  EXPECT_EQ(f.elastic.max_np, 6);
+  EXPECT_EQ(f.elastic.discovery_script, "./hosts.sh");
+  EXPECT_EQ(f.slots_per_host, 3);
+  EXPECT_EQ(f.elastic.timeout_seconds, 30);
+  EXPECT_EQ(f.elastic.reset_limit, 4);
+  EXPECT_EQ(f.elastic.cooldown_range, (std::vector<double>{5, 60}));
+  EXPECT_EQ(f.command, (std::vector<std::string>{"python", "train.py"}));
+  EXPECT_NE(parse({"--min-np", "3", "--max-np", "2", "true"}).stderr_text.find("--min-np 3 exceeds --max-np 2"),
+            std::string::npos);
+  EXPECT_FALSE(parse({"-np", "2", "true"}).line.job.elastic.enabled());
+}
+
+TEST(HorovodrunFlags, ElasticTimeoutFromHorovodsVariableWhenTheFlagIsNotGiven) {
+  ::setenv("HOROVOD_ELASTIC_TIMEOUT", "45", 1);
+  EXPECT_EQ(parse({"--min-np", "1", "true"}).line.job.elastic.timeout_seconds, 45);
+  EXPECT_EQ(parse({"--min-np", "1", "--elastic-timeout", "7", "true"}).line.job.elastic.timeout_seconds, 7);
+  ::setenv("HOROVOD_ELASTIC_TIMEOUT", "soon", 1);
+  EXPECT_NE(parse({"--min-np", "1", "true"}).stderr_text.find("HOROVOD_ELASTIC_TIMEOUT 'soon'"), std::string::npos);
+  ::unsetenv("HOROVOD_ELASTIC_TIMEOUT");
+  EXPECT_EQ(parse({"--min-np", "1", "true"}).line.job.elastic.timeout_seconds, 600);
 }
 
 TEST(HorovodrunFlags, ConfigFileSetsHorovodrunsParametersAndTheCommandLineWins) {

@@ -27,6 +27,36 @@ common::Mac pairMac(const MeshOptions& o, std::string_view label, const common::
                                        bytes(&to, 4)});
 }
 
+// Longest key prefix a peer may announce; a longer one is garbage, not a communicator.
+constexpr uint32_t kMaxPrefixBytes = 4096;
+
+// "'gen3/' (elastic generation 3)": how the handshake names a communicator in messages.
+std::string describeCommunicator(const std::string& prefix) {
+  std::string text = "'" + prefix + "'";
+  size_t digits = 3;
+  while (digits < prefix.size() && prefix[digits] >= '0' && prefix[digits] <= '9') ++digits;
+  if (prefix.rfind("gen", 0) == 0 && digits > 3 && digits < prefix.size() && prefix[digits] == '/')
+    text += " (elastic generation " + prefix.substr(3, digits - 3) + ")";
+  return text;
+}
+
+// The sender's key prefix, length first: it travels in the clear (it is no secret) so that a peer
+// of another communicator or generation is refused with both named; the MACs still bind it.
+void writePrefix(int fd, const std::string& prefix, const common::Deadline& deadline, const std::string& what) {
+  const uint32_t length = static_cast<uint32_t>(prefix.size());
+  common::writeFull(fd, &length, 4, deadline, what);
+  common::writeFull(fd, prefix.data(), prefix.size(), deadline, what);
+}
+
+std::string readPrefix(int fd, const common::Deadline& deadline, const std::string& what) {
+  uint32_t length = 0;
+  common::readFull(fd, &length, 4, deadline, what);
+  if (length > kMaxPrefixBytes) throw PeerError(what + " announced a key prefix of " + std::to_string(length) + " bytes");
+  std::string prefix(length, '\0');
+  common::readFull(fd, prefix.data(), length, deadline, what);
+  return prefix;
+}
+
 std::string addressKey(const MeshOptions& o, int rank) {
   return o.key_prefix + "tcp/" + std::to_string(rank);
 }
@@ -46,12 +76,17 @@ PeerConnection connectTo(const MeshOptions& o, int peer, rendezvous::Store& stor
   if (magic != kHandshakeMagic) throw PeerError(what + " did not greet as a hora rank");
   common::Nonce challenge;
   std::memcpy(challenge.data(), hello + 4, challenge.size());
+  const std::string peer_prefix = readPrefix(fd.get(), deadline, what);
   const uint32_t from = static_cast<uint32_t>(o.rank), to = static_cast<uint32_t>(peer);
-  uint8_t answer[4 + common::kMacBytes];
-  std::memcpy(answer, &from, 4);
+  common::writeFull(fd.get(), &from, 4, deadline, what);
+  writePrefix(fd.get(), o.key_prefix, deadline, what);
   const auto mac = pairMac(o, "pair", challenge, from, to);
-  std::memcpy(answer + 4, mac.data(), mac.size());
-  common::writeFull(fd.get(), answer, sizeof(answer), deadline, what);
+  common::writeFull(fd.get(), mac.data(), mac.size(), deadline, what);
+  // The acceptor refuses too (and logs both); saying it here names both to the stale rank itself.
+  if (peer_prefix != o.key_prefix)
+    throw AuthenticationError(what + " belongs to communicator " + describeCommunicator(peer_prefix) +
+                              ", not to this rank's " + describeCommunicator(o.key_prefix) +
+                              ": a rank of another generation cannot join this ring");
   uint8_t ok[common::kMacBytes];
   try {
     common::readFull(fd.get(), ok, sizeof(ok), deadline, what);
@@ -77,17 +112,24 @@ int acceptOne(const MeshOptions& o, common::Fd& fd, const common::Deadline& dead
     std::memcpy(hello, &kHandshakeMagic, 4);
     std::memcpy(hello + 4, challenge.data(), challenge.size());
     common::writeFull(fd.get(), hello, sizeof(hello), limit, from_addr);
-    uint8_t answer[4 + common::kMacBytes];
-    common::readFull(fd.get(), answer, sizeof(answer), limit, from_addr);
+    writePrefix(fd.get(), o.key_prefix, limit, from_addr);
     uint32_t from;
-    std::memcpy(&from, answer, 4);
+    common::readFull(fd.get(), &from, 4, limit, from_addr);
+    const std::string peer_prefix = readPrefix(fd.get(), limit, from_addr);
+    uint8_t mac[common::kMacBytes];
+    common::readFull(fd.get(), mac, sizeof(mac), limit, from_addr);
+    if (peer_prefix != o.key_prefix) {
+      HORA_LOG(warn, "refused a connection from {} claiming rank {} of communicator {}: this ring is {}",
+               from_addr, from, describeCommunicator(peer_prefix), describeCommunicator(o.key_prefix));
+      return -1;
+    }
     const uint32_t to = static_cast<uint32_t>(o.rank);
     if (from >= static_cast<uint32_t>(o.size) || from <= to) {
       HORA_LOG(warn, "dropped a connection from {}: it claims rank {}, not a higher rank of this "
                "job of size {}", from_addr, from, o.size);
       return -1;
     }
-    if (!common::macEqual(pairMac(o, "pair", challenge, from, to), answer + 4)) {
+    if (!common::macEqual(pairMac(o, "pair", challenge, from, to), mac)) {
       HORA_LOG(warn, "dropped a connection from {} claiming rank {}: it cannot prove the job "
                "secret for {} (another secret, communicator or elastic generation)", from_addr, from, o.key_prefix);
       return -1;

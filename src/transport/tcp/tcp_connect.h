@@ -3,9 +3,11 @@
 // Note [pair handshake]: every rank listens on an ephemeral port and publishes "host:port" in the
 // store under "<prefix>tcp/<rank>". Rank i connects to every rank j < i and accepts from every
 // rank j > i (no cycle, so no deadlock). On accept, the acceptor sends "HRH1" + a random
-// challenge; the connector answers with its rank and HMAC(secret, "pair" | challenge | from | to);
-// the acceptor answers with HMAC(secret, "pair-ok" | challenge | from | to), so both sides prove
-// the job secret without sending it. A connection that fails the handshake (garbage, a wrong
+// challenge + its key prefix; the connector answers with its rank, its key prefix and
+// HMAC(secret, "pair" | prefix | challenge | from | to); the acceptor answers with
+// HMAC(secret, "pair-ok" | prefix | challenge | from | to), so both sides prove the job secret
+// without sending it. The prefixes travel in the clear so that a rank of another communicator
+// (an elastic job's older generation: "gen<g>/") is refused with both named, on both sides. A connection that fails the handshake (garbage, a wrong
 // secret, a rank outside the job, silence for 5 s) is logged and dropped, and
 // the acceptor keeps waiting for the real peer until the deadline.
 #pragma once

@@ -1,0 +1,148 @@
+// Elastic training from C++ (docs/elastic.md, include/hora/elastic.h): a linear model trained by
+// libtorch with hora::torch that keeps training when workers die or hosts come and go.
+//
+//     horarun -np 3 --min-np 2 -H a:2,b:1 build/release/examples/cpp/elastic_train
+//
+// The elastic loop, as hvd.elastic.run does it in Python: hora::torch::init() joins the next
+// generation; the workers take rank 0's committed state and train, committing every few steps.
+// When a collective fails (a worker was lost) each survivor restores its last commit, leaves the
+// ring (shutdown) and joins again; when horarun announces a host change at a commit, every rank
+// leaves at that same step and joins again without restoring. A worker that horarun removes gets
+// WorkerRemovedError from init() and exits with 0.
+//
+// The batch of step s is drawn from a generator seeded with s and split among the ranks, so the
+// redone steps after a reset see the same data and the loss falls the same way at any size.
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <vector>
+
+#include "hora/elastic.h"
+#include "hora/torch.h"
+
+namespace hvd = hora::torch;
+
+namespace {
+
+constexpr int64_t kFeatures = 8;
+constexpr int64_t kBatch = 48;  // the whole batch, divided among the ranks
+
+// Thrown at a commit when horarun changed the hosts: every rank re-forms at the same step.
+struct HostsChanged {};
+
+// What a failure rolls back to: copies of the parameters and the step they were taken at.
+class Commit {
+ public:
+  void save(torch::nn::Module& model, int64_t step) {
+    params_.clear();
+    for (const auto& p : model.parameters()) params_.push_back(p.detach().clone());
+    step_ = step;
+  }
+  int64_t restore(torch::nn::Module& model) const {
+    torch::NoGradGuard no_grad;
+    auto params = model.parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(params_[i]);
+    return step_;
+  }
+
+ private:
+  std::vector<at::Tensor> params_;
+  int64_t step_ = 0;
+};
+
+// Rank 0's value of `x` on every rank.
+int64_t fromRankZero(int64_t x, const std::string& name) {
+  auto t = torch::tensor({x}, torch::kInt64);
+  return hvd::broadcast(t, 0, {name}).item<int64_t>();
+}
+
+// This rank's rows of step `step`'s batch and their targets (y = x . w + noise).
+std::pair<at::Tensor, at::Tensor> shardOf(int64_t step) {
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(1000 + step));
+  const auto x = torch::randn({kBatch, kFeatures}, gen);
+  const auto w = torch::linspace(-1.0, 1.0, kFeatures).reshape({kFeatures, 1});
+  const auto y = x.matmul(w) + 0.01 * torch::randn({kBatch, 1}, gen);
+  const int64_t begin = kBatch * hvd::rank() / hvd::size(), end = kBatch * (hvd::rank() + 1) / hvd::size();
+  return {x.slice(0, begin, end), y.slice(0, begin, end)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("Elastic training of a linear model with hora::torch");
+  int64_t steps = 300, commit_every = 5;
+  double step_sleep = 0.02;
+  app.add_option("--steps", steps, "steps to train");
+  app.add_option("--commit-every", commit_every, "steps between commits");
+  app.add_option("--step-sleep", step_sleep, "seconds to sleep after each step (to leave time for a kill)");
+  CLI11_PARSE(app, argc, argv);
+
+  torch::manual_seed(0);
+  torch::set_num_threads(1);
+  torch::nn::Linear model(kFeatures, 1);
+  Commit committed;
+  committed.save(*model, 0);
+  int64_t step = 0;
+  while (true) {
+    try {
+      hvd::init();  // in an elastic job: the next generation
+    } catch (const hora::WorkerRemovedError& e) {
+      std::printf("removed: %s\n", e.what());
+      return 0;
+    }
+    try {
+      auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05));
+      hvd::DistributedOptimizer optimizer(sgd, model->named_parameters());
+      // Sync: everyone takes rank 0's committed state (a newcomer has none).
+      hvd::broadcast_parameters(model->named_parameters(), 0);
+      step = fromRankZero(step, "elastic.step");
+      int64_t hosts_seen = fromRankZero(hora::elastic::hostUpdates().counter, "elastic.hosts");
+      committed.save(*model, step);
+      while (step < steps) {
+        const auto [x, y] = shardOf(step);
+        optimizer.zero_grad();
+        const auto loss = torch::mse_loss(model->forward(x), y);
+        loss.backward();
+        optimizer.step();
+        ++step;
+        std::printf("step %lld gen=%d rank=%d size=%d pid=%d loss=%.5f\n", static_cast<long long>(step),
+                    hvd::engine().identity().generation, hvd::rank(), hvd::size(), static_cast<int>(::getpid()),
+                    loss.item<double>());
+        std::fflush(stdout);
+        if (step % commit_every == 0) {
+          committed.save(*model, step);
+          // Rank 0 asks horarun; all ranks act on its answer, at the same step.
+          const int64_t hosts = fromRankZero(hvd::rank() == 0 ? hora::elastic::hostUpdates().counter : 0,
+                                             "elastic.hosts");
+          if (hosts != hosts_seen) throw HostsChanged{};
+        }
+        std::this_thread::sleep_for(std::chrono::duration<double>(step_sleep));
+      }
+      // Every rank must end with the same parameters: their minimum and maximum agree.
+      std::vector<at::Tensor> flat;
+      for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
+      const auto all = torch::cat(flat);
+      const bool identical = torch::equal(hvd::allreduce(all, {"elastic.min", hora::ReduceOp::kMin}),
+                                          hvd::allreduce(all, {"elastic.max", hora::ReduceOp::kMax}));
+      const auto [x, y] = shardOf(steps);
+      std::printf("done rank=%d size=%d loss=%.5f identical=%s\n", hvd::rank(), hvd::size(),
+                  torch::mse_loss(model->forward(x), y).item<double>(), identical ? "yes" : "no");
+      hvd::shutdown();
+      return identical ? 0 : 1;
+    } catch (const HostsChanged&) {
+      std::printf("hosts changed at step %lld: re-forming\n", static_cast<long long>(step));
+    } catch (const hora::WorkerRemovedError&) {
+      throw;
+    } catch (const hora::Error& e) {
+      // A worker was lost: what was trained since the last commit is redone.
+      step = committed.restore(*model);
+      std::printf("reset to step %lld after: %s\n", static_cast<long long>(step), e.what());
+    }
+    std::fflush(stdout);
+    hvd::shutdown();
+  }
+}
