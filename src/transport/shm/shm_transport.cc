@@ -360,8 +360,13 @@ bool ShmTransport::prepareWait(std::vector<pollfd>& fds) {
   auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
   h.sleeping.store(kInPoll, std::memory_order_seq_cst);  // announce, then look
   polled_.clear();
+  // A closed peer's socket stays readable (EOF), so it is watched only while this rank waits for
+  // it: then the poll returns at once and checkPeers names it. Left out, a peer found closed
+  // while this rank was idle would never wake this wait, which would last until the timeout.
+  std::vector<bool> waited_for(closed_.size(), false);
+  for (int p : lanes_.active()) waited_for[static_cast<size_t>(p)] = !lanes_[p].idle();
   for (int p : members_) {
-    if (p == rank_ || closed_[static_cast<size_t>(p)]) continue;
+    if (p == rank_ || (closed_[static_cast<size_t>(p)] && !waited_for[static_cast<size_t>(p)])) continue;
     fds.push_back({peers_[static_cast<size_t>(p)].fd.get(), static_cast<short>(POLLIN | POLLRDHUP), 0});
     polled_.push_back(p);
   }
