@@ -140,5 +140,5 @@ def test_a_stopped_worker_is_left_behind_and_its_host_blacklisted(tmp_path):
     code, output = job.finish()
     assert resumed, output
     assert code == 0, output
-    assert "rank 1" in output and "timed out" in output.lower(), output  # how rank 0 saw it
+    assert "did not ask to join the next generation" in output, output  # why horarun left it behind
     assert_each_sample_once(job.log, 240, 2, output)
