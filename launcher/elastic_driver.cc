@@ -62,6 +62,7 @@ ElasticLimits limitsOf(const JobFlags& f, const Env& worker_env) {
   l.reset_limit = f.elastic.reset_limit;
   l.elastic_timeout = milliseconds(static_cast<int64_t>(f.elastic.timeout_seconds * 1000));
   l.join_window = joinWindowOf(worker_env);
+  l.fixed_hosts = f.elastic.discovery_script.empty();
   if (f.elastic.cooldown_range.size() == 2) {
     l.cooldown_min = milliseconds(static_cast<int64_t>(f.elastic.cooldown_range[0] * 1000));
     l.cooldown_max = milliseconds(static_cast<int64_t>(f.elastic.cooldown_range[1] * 1000));

@@ -25,6 +25,13 @@ bool ElasticPlanner::usable(const std::string& host, Time now) const {
   return discovered && !blacklisted(host, now);
 }
 
+bool ElasticPlanner::noHostCanReturn() const {
+  return limits_.fixed_hosts && std::all_of(hosts_.begin(), hosts_.end(), [&](const HostSlots& h) {
+           auto it = blacklist_.find(h.host);
+           return it != blacklist_.end() && !it->second;
+         });
+}
+
 int ElasticPlanner::liveCount() const {
   return static_cast<int>(std::count_if(workers_.begin(), workers_.end(),
                                         [](const auto& w) { return w.second.state != State::kLeaving; }));
@@ -175,6 +182,13 @@ void ElasticPlanner::tick(Time now, Decisions& d) {
     short_since_.reset();
   } else {
     if (!short_since_) short_since_ = now;
+    if (noHostCanReturn()) {
+      end(1, "only " + std::to_string(live) + " worker(s) left, fewer than --min-np " + std::to_string(limits_.min_np) +
+                 ", and every host is blacklisted for good (no --host-discovery-script can add one, no "
+                 "--blacklist-cooldown-range lets one back)",
+          d);
+      return;
+    }
     if (now - *short_since_ >= limits_.elastic_timeout) {
       end(1, "only " + std::to_string(live) + " worker(s) available, fewer than --min-np " +
                  std::to_string(limits_.min_np) + ", for longer than --elastic-timeout " +

@@ -17,7 +17,8 @@
 // - A join from a worker outside the running generation announces "added"; a host gone from
 //   discovery announces "removed" (members re-join at their next commit and are told `removed`).
 // - Fewer than --min-np workers for longer than --elastic-timeout, or more resets than
-//   --reset-limit, end the job with a message saying so.
+//   --reset-limit, end the job with a message saying so. With fixed hosts (no discovery script)
+//   and every host blacklisted for good, nothing can bring workers back: the job ends at once.
 #pragma once
 
 #include <chrono>
@@ -40,6 +41,8 @@ struct ElasticLimits {
   std::chrono::milliseconds join_window{10000};
   // How long a failed host stays blacklisted, drawn in [min, max]; max 0: for good.
   std::chrono::milliseconds cooldown_min{0}, cooldown_max{0};
+  // The hosts come from -H or a hostfile, not a discovery script: no host can be added later.
+  bool fixed_hosts = false;
 };
 
 class ElasticPlanner {
@@ -100,6 +103,7 @@ class ElasticPlanner {
   void end(int code, const std::string& reason, Decisions& d);
   int liveCount() const;
   bool usable(const std::string& host, Time now) const;
+  bool noHostCanReturn() const;
 
   const ElasticLimits limits_;
   std::function<std::chrono::milliseconds(std::chrono::milliseconds, std::chrono::milliseconds)> draw_cooldown_;

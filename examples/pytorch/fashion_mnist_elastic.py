@@ -39,6 +39,8 @@ def parse_args():
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--train-limit", type=int, default=0, help="first N training images (0 = all)")
     p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--log-progress", action="store_true",
+                   help="rank 0 logs each commit and the first step after each (re)start")
     return p.parse_args()
 
 
@@ -59,7 +61,7 @@ def main():
     def on_reset():  # elastic: the learning rate follows the number of workers
         for group in optimizer.param_groups:
             group["lr"] = args.base_lr * hvd.size()
-        hvd.log(f"reset: {hvd.size()} workers now")
+        hvd.log(f"reset: {hvd.size()} workers now, from the last commit: epoch {state.epoch + 1} batch {state.batch}")
 
     state.register_reset_callbacks([on_reset])
 
@@ -74,28 +76,37 @@ def main():
                 count += y.shape[0]
         return hvd.average_metrics({"val_accuracy": correct / count})["val_accuracy"]
 
+    def commit():
+        if args.log_progress:
+            hvd.log(f"commit: epoch {state.epoch + 1} batch {state.batch} | {hvd.size()} workers")
+        state.commit()  # elastic: a failure goes back to here
+
     @hvd.elastic.run  # elastic: restore, re-form and go on after a failure or a host change
     def train(state):
         while state.epoch < args.epochs:
             model.train()
             start = time.time()
             loader = DataLoader(train_set, batch_size=args.batch_size, sampler=state.sampler)
+            first = args.log_progress
             for x, y in loader:
                 inputs = prepare(x) if args.no_augment else example.augment(prepare(x))
                 optimizer.zero_grad()
                 F.cross_entropy(model(inputs), y).backward()
                 optimizer.step()
+                if first:
+                    hvd.log(f"first step: epoch {state.epoch + 1} batch {state.batch} | {hvd.size()} workers")
+                    first = False
                 state.sampler.record_batch(state.batch, args.batch_size)  # elastic: what this epoch has seen
                 state.batch += 1
                 if state.batch % args.commit_every == 0:
-                    state.commit()  # elastic: a failure goes back to here
+                    commit()
             state.accuracy = evaluate()
             hvd.log(f"epoch {state.epoch + 1}: val_accuracy {state.accuracy:.4f} | {hvd.size()} workers | "
                     f"{time.time() - start:.1f} s")
             state.epoch += 1
             state.batch = 0
             state.sampler.set_epoch(state.epoch)  # elastic: at the end of the epoch
-            state.commit()
+            commit()
         return state.accuracy
 
     accuracy = train(state)

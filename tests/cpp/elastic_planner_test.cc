@@ -221,6 +221,34 @@ TEST(ElasticPlanner, FewerThanMinNpForLongerThanTheTimeoutEndsTheJobSayingWhy) {
   EXPECT_NE(d.end_reason.find("--elastic-timeout 30 s"), std::string::npos) << d.end_reason;
 }
 
+TEST(ElasticPlanner, WithFixedHostsAllBlacklistedForGoodTheJobEndsAtOnce) {
+  ElasticLimits l = limits(1);
+  l.fixed_hosts = true;
+  Planner p(l);
+  p.hosts({{"a", 1, true}, {"b", 1, true}});
+  p.exit("a:0", true);  // e.g. the command cannot be executed
+  EXPECT_FALSE(p.tick().end_code.has_value());  // b can still train
+  p.exit("b:0", true);
+  const Decisions d = p.tick();
+  ASSERT_TRUE(d.end_code.has_value());
+  EXPECT_EQ(*d.end_code, 1);
+  EXPECT_NE(d.end_reason.find("every host is blacklisted for good"), std::string::npos) << d.end_reason;
+}
+
+TEST(ElasticPlanner, WithACooldownOrADiscoveryScriptItWaitsForTheTimeoutInstead) {
+  for (bool cooldown : {false, true}) {
+    ElasticLimits l = limits(1);
+    l.fixed_hosts = cooldown;  // without a cooldown: a discovery script may still add hosts
+    if (cooldown) l.cooldown_min = l.cooldown_max = seconds(60);
+    Planner p(l);
+    p.hosts({{"a", 1, true}});
+    p.exit("a:0", true);
+    const Decisions early = p.tick(seconds(29));
+    EXPECT_FALSE(early.end_code.has_value()) << cooldown << early.end_reason;
+    EXPECT_TRUE(p.tick(seconds(2)).end_code.has_value()) << cooldown;
+  }
+}
+
 TEST(ElasticPlanner, ACooldownEndsAndTheHostGetsWorkersAgain) {
   ElasticLimits l = limits(1);
   l.cooldown_min = l.cooldown_max = seconds(5);

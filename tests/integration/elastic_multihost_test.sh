@@ -8,7 +8,9 @@
 #   - a whole host is SIGKILLed (its sshd, host agent and workers): the others go on, smaller;
 #   - a host's link is cut (ip link set ... down): the others time out, go on without it, and
 #     its workers are stopped;
-#   - a discovery script adds a remote host while the job runs on host 1 only: it grows.
+#   - a discovery script adds a remote host while the job runs on host 1 only: it grows;
+#   - a whole host is SIGSTOPped (frozen: its connections stay open and silent): the others time
+#     out, go on without it, and it is blacklisted.
 # usage: elastic_multihost_test.sh HORARUN        (exit 77: skipped, with the reason)
 set -uo pipefail
 horarun=$(realpath "$1")
@@ -52,10 +54,15 @@ start_job() {
     >"$out" 2>&1 &
   job=$!
 }
-# wait_line REGEX SECONDS: until the job's output has a line matching REGEX (extended)
+# wait_line REGEX SECONDS: until the job's output has a line matching REGEX (extended); fails
+# at once when the job ends first
 wait_line() {
   local i
-  for i in $(seq 1 $(( $2 * 5 ))); do grep -E -q "$1" "$out" && return 0; sleep 0.2; done
+  for i in $(seq 1 $(( $2 * 5 ))); do
+    grep -E -q "$1" "$out" && return 0
+    kill -0 "$job" 2>/dev/null || return 1  # the job ended first
+    sleep 0.2
+  done
   return 1
 }
 # each_sample_once SAMPLES EPOCHS: the committed log holds every (epoch, sample) exactly once
@@ -128,6 +135,24 @@ $h3:1" >"$tmp/hosts"
 else
   kill "$job"; finish; check "discovery: the job started at 1 rank" 1; tail -n 30 "$out"
 fi
+
+# 4. Freeze a host (SIGSTOP every process in it, sshd included): nothing closes, nothing answers.
+start_job frozen -np 3 --min-np 1 -H "$h1:1,$h3:1,$h4:1" --grace-seconds 1 -x HORA_TIMEOUT_SECONDS=3 \
+  -- --samples 240 --epochs 2 --step-sleep 0.1
+if wait_line "<stdout>:step .* gen=0 rank=2 size=3 .* step=6$" 120; then
+  stopped_ms=$(date +%s%3N)
+  ip netns pids "${HOST_NS[3]}" | xargs -r kill -STOP
+  finish; code=$?
+  echo "from the SIGSTOP to the first step at 2 ranks: $(since_ms "$stopped_ms" 2) ms (HORA_TIMEOUT_SECONDS 3 + the join window)"
+  grep -q "horarun: generation 1: 2 rank(s)" "$out" && [ "$code" = 0 ] &&
+    grep -q "horarun: host $h3 is blacklisted for good: worker $h3:0 (rank 1 of generation 0) did not ask to join" "$out" &&
+    [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
+  check "a frozen host: the 2 other hosts go on without it, every sample once (code $code)" $?
+  [ "$code" = 0 ] || tail -n 30 "$out"
+else
+  kill "$job"; finish; check "a frozen host: the job started at 3 ranks on 3 hosts" 1; tail -n 30 "$out"
+fi
+ip netns pids "${HOST_NS[3]}" | xargs -r kill -KILL
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]

@@ -75,22 +75,29 @@ def test_a_killed_worker_leaves_its_host_blacklisted_and_the_others_go_on_from_t
     assert_each_sample_once(job.log, 320, 2, output)
 
 
-def test_discovery_adds_a_host_at_the_next_commit_and_removes_it_without_an_error(tmp_path):
+def test_discovery_adds_a_host_then_another_at_the_next_commits_and_removes_one_without_an_error(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1:1\n")
     job = Job(["-np", "1", "--min-np", "1", "--host-discovery-script", f"cat {hosts}"],
-              ["--samples", "400", "--epochs", "2", "--step-sleep", "0.05"], tmp_path)
+              ["--samples", "600", "--epochs", "2", "--step-sleep", "0.05"], tmp_path)
     assert job.wait_for(lambda l: STEP.match(l), timeout=60), "".join(job.lines)
     hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n")
     grown = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "2", timeout=60)
     assert grown, "".join(job.lines)
-    hosts.write_text("127.0.0.1:1\n")
-    shrunk = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "1" and int(m.group(3)) >= 2, timeout=60)
+    hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n127.0.0.3:1\n")
+    grown_again = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "3", timeout=60)
+    assert grown_again, "".join(job.lines)
+    hosts.write_text("127.0.0.1:1\n127.0.0.3:1\n")
+    shrunk = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "2" and int(m.group(3)) >= 3, timeout=60)
     code, output = job.finish()
     assert code == 0, output
     assert shrunk, output
     assert re.search(r"127\.0\.0\.2:0 .*removed", output) or "leaves the job" in output, output
-    assert_each_sample_once(job.log, 400, 2, output)
+    # The generations in order: 1 rank, 2, 3, then 2 again; the host that stayed keeps training.
+    sizes = [int(m.group(5)) for m in sorted(job.steps(), key=lambda m: float(m.group(2)))]
+    assert [s for i, s in enumerate(sizes) if i == 0 or s != sizes[i - 1]] == [1, 2, 3, 2], output
+    assert output.count("identical=True") == 2, output
+    assert_each_sample_once(job.log, 600, 2, output)
 
 
 def test_fewer_workers_than_min_np_for_longer_than_the_timeout_end_the_job_saying_so(tmp_path):
