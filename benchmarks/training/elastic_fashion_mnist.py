@@ -62,7 +62,7 @@ class Run:
         command = [HORARUN, "-np", "4", "--min-np", "2", "--verbose", "--host-discovery-script", f"cat {self.hosts}",
                    sys.executable, EXAMPLE, "--log-progress", "--seed", str(args.seed), "--epochs", str(args.epochs),
                    "--no-augment", "--batch-size", str(args.batch_size), "--base-lr", str(args.base_lr),
-                   "--train-limit", str(args.train_limit), "--commit-every", str(args.commit_every)]
+                   "--train-limit", str(args.train_limit), "--decay-epochs", str(args.decay_epochs), "--commit-every", str(args.commit_every)]
         self.start = time.time()
         self.proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         self.lines = []  # (time read, line)
@@ -137,6 +137,7 @@ def main():
     p.add_argument("--train-limit", type=int, default=30000)
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
     p.add_argument("--base-lr", type=float, default=0.02, help="per worker (the example scales it by the workers)")
+    p.add_argument("--decay-epochs", type=int, default=1, help="the last N epochs at a tenth of the learning rate")
     p.add_argument("--commit-every", type=int, default=20)
     p.add_argument("--gap", type=int, default=60, help="batches trained between two changes")
     p.add_argument("--seed", type=int, default=42)

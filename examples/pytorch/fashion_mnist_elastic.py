@@ -35,6 +35,7 @@ def parse_args():
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--base-lr", type=float, default=0.01, help="one worker's; scaled by the number of workers")
     p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--decay-epochs", type=int, default=0, help="the last N epochs train at a tenth of the rate")
     p.add_argument("--commit-every", type=int, default=20, help="batches between commits")
     p.add_argument("--no-augment", action="store_true")
     p.add_argument("--train-limit", type=int, default=0, help="first N training images (0 = all)")
@@ -58,9 +59,13 @@ def main():
     sampler = hvd.elastic.ElasticSampler(train_set, shuffle=True, seed=args.seed)  # elastic: re-shards on resets
     state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, batch=0, accuracy=0.0)  # elastic
 
-    def on_reset():  # elastic: the learning rate follows the number of workers
+    def set_learning_rate():  # elastic: it follows the number of workers
+        decay = 0.1 if state.epoch >= args.epochs - args.decay_epochs else 1.0
         for group in optimizer.param_groups:
-            group["lr"] = args.base_lr * hvd.size()
+            group["lr"] = args.base_lr * hvd.size() * decay
+
+    def on_reset():
+        set_learning_rate()
         hvd.log(f"reset: {hvd.size()} workers now, from the last commit: epoch {state.epoch + 1} batch {state.batch}")
 
     state.register_reset_callbacks([on_reset])
@@ -84,6 +89,7 @@ def main():
     @hvd.elastic.run  # elastic: restore, re-form and go on after a failure or a host change
     def train(state):
         while state.epoch < args.epochs:
+            set_learning_rate()
             model.train()
             start = time.time()
             loader = DataLoader(train_set, batch_size=args.batch_size, sampler=state.sampler)

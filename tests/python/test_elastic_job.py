@@ -149,3 +149,13 @@ def test_a_stopped_worker_is_left_behind_and_its_host_blacklisted(tmp_path):
     assert code == 0, output
     assert "did not ask to join the next generation" in output, output  # why horarun left it behind
     assert_each_sample_once(job.log, 240, 2, output)
+
+
+def test_a_command_that_cannot_run_on_any_fixed_host_ends_the_job_at_once_saying_why(tmp_path):
+    start = time.time()
+    proc = subprocess.run([HORARUN, "-np", "2", "--min-np", "2", "-H", "127.0.0.1:1,127.0.0.2:1",
+                           str(tmp_path / "no-such-program")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stderr
+    assert "every host is blacklisted for good" in proc.stderr, proc.stderr
+    assert "127.0.0.2:0" in proc.stderr and "127.0.0.1:0" in proc.stderr, proc.stderr  # each failure named
+    assert time.time() - start < 20, proc.stderr  # not --elastic-timeout's 600 s
