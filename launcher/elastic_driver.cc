@@ -215,6 +215,8 @@ class ElasticDriver {
 
   void announceGeneration() {
     client_->set("elastic/generation", std::to_string(planner_.generation()), soon());
+    // The members printed their last lines of the old generation before they asked to join.
+    workers_.forwardWrittenOutput();
     int size = 0;
     for (const auto& [number, id] : ids_) {
       const int rank = planner_.rankOf(id);
@@ -257,8 +259,9 @@ class ElasticDriver {
       if (local == local_.end()) local = local_.emplace(w.host, isLocalHost(w.host)).first;
       if (local->second) {
         WorkerSpec spec;
-        spec.rank = number;
+        spec.rank = number;  // the WorkerSet's number: ranks change with each generation
         spec.host = w.host;
+        spec.name = "worker " + w.id;
         spec.argv = f_.command;
         spec.env = workerEnvironment(w, store_address);
         workers_.start(spec);

@@ -69,7 +69,7 @@ void WorkerSet::start(const WorkerSpec& spec) {
   std::vector<std::string> args = spec.argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
-  const std::string not_found = "horarun: rank " + std::to_string(spec.rank) +
+  const std::string not_found = "horarun: " + (spec.name.empty() ? "rank " + std::to_string(spec.rank) : spec.name) +
                                 ": cannot execute '" + spec.argv[0] + "': ";
 
   int in[2] = {-1, -1};

@@ -24,6 +24,7 @@ namespace hora::launcher {
 struct WorkerSpec {
   int rank = 0;
   std::string host;                        // where it runs, for messages
+  std::string name;                        // how messages name it; empty: "rank <rank>"
   std::vector<std::string> argv;
   std::map<std::string, std::string> env;  // added to (and overriding) horarun's environment
   // Written to the worker's stdin, which then stays open until the worker ends (an ssh worker
@@ -73,6 +74,9 @@ class WorkerSet {
   // The worker's output prefix from now on: "[label]" instead of "[rank]".
   void relabel(int rank, const std::string& label) { output_.relabel(rank, label); }
   void drainOutput(std::chrono::milliseconds limit) { output_.drain(limit); }
+  // Forwards what the workers wrote so far, without waiting: before a relabel, so that lines of
+  // the previous generation keep its labels.
+  void forwardWrittenOutput() { output_.pump(std::chrono::milliseconds(0)); }
 
  private:
   void signalAll(int sig);

@@ -47,11 +47,24 @@ class Job:
         return [STEP.match(l) for l in self.lines if STEP.match(l)]
 
 
-def assert_each_sample_once(log, samples, epochs, output):
+def assert_prefixes_follow_ranks(job, output):
+    """Every step line's [prefix] is the rank the program printed in it: horarun relabels a
+    worker at each generation, after forwarding what it wrote in the previous one."""
+    wrong = [m.group(0) for m in job.steps() if m.group(1) != m.group(4)]
+    assert not wrong, f"{wrong[:5]}\n{output[-3000:]}"
+
+
+def assert_each_sample_once(log, samples, epochs, output, padding=0):
+    """Every sample of every epoch is in the committed log exactly once, except that an epoch that
+    ends at a size that does not divide what is left of it repeats up to `padding` samples
+    (size - 1: ElasticSampler pads the last shard, as DistributedSampler does)."""
     counts = collections.Counter(tuple(map(int, l.split())) for l in log.read_text().splitlines())
-    twice = [k for k, n in counts.items() if n > 1]
     missing = [(e, i) for e in range(epochs) for i in range(samples) if (e, i) not in counts]
-    assert not twice and not missing, f"twice: {twice[:10]}, missing: {missing[:10]}\n{output[-3000:]}"
+    for e in range(epochs):
+        twice = [k for k, n in counts.items() if n > 1 and k[0] == e]
+        repeats = sum(counts[k] - 1 for k in twice)
+        assert repeats <= padding, f"epoch {e}: trained twice: {twice[:10]}\n{output[-3000:]}"
+    assert not missing, f"missing: {missing[:10]}\n{output[-3000:]}"
 
 
 def test_a_killed_worker_leaves_its_host_blacklisted_and_the_others_go_on_from_the_last_commit(tmp_path):
@@ -72,6 +85,7 @@ def test_a_killed_worker_leaves_its_host_blacklisted_and_the_others_go_on_from_t
     sizes = {int(m.group(5)) for m in job.steps()}
     assert sizes == {4, 2}, output
     assert output.count("identical=True") == 2, output
+    assert_prefixes_follow_ranks(job, output)
     assert_each_sample_once(job.log, 320, 2, output)
 
 
@@ -97,7 +111,8 @@ def test_discovery_adds_a_host_then_another_at_the_next_commits_and_removes_one_
     sizes = [int(m.group(5)) for m in sorted(job.steps(), key=lambda m: float(m.group(2)))]
     assert [s for i, s in enumerate(sizes) if i == 0 or s != sizes[i - 1]] == [1, 2, 3, 2], output
     assert output.count("identical=True") == 2, output
-    assert_each_sample_once(job.log, 600, 2, output)
+    assert_prefixes_follow_ranks(job, output)
+    assert_each_sample_once(job.log, 600, 2, output, padding=2)  # an epoch may end at 3 ranks
 
 
 def test_fewer_workers_than_min_np_for_longer_than_the_timeout_end_the_job_saying_so(tmp_path):
