@@ -89,7 +89,8 @@ void defineLaunchFlags(CLI::App& app, JobFlags& f) {
                  "File of hosts, one per line: 'host slots=N' or 'host:N' (-hostfile works too)")
       ->excludes(hosts)
       ->group(kHosts);
-  app.add_option("--slots-per-host", f.slots_per_host, "Slots of every host given without a count (default 1)")
+  // --slots: horovodrun takes it as the abbreviation of --slots-per-host (argparse prefixes).
+  app.add_option("--slots-per-host,--slots", f.slots_per_host, "Slots of every host given without a count (default 1)")
       ->check(CLI::Range(1, 1 << 20))
       ->group(kHosts);
   app.add_option("--host-discovery-script", f.elastic.discovery_script,

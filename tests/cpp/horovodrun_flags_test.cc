@@ -62,7 +62,8 @@ const std::vector<HorovodrunFlag>& horovodrunFlags() {
       // elastic arguments
       {{"--min-np", "--min-num-proc"}, {"1"}},
       {{"--max-np", "--max-num-proc"}, {"4"}},
-      {{"--slots-per-host"}, {"2"}},  // also gives static hosts their slots
+      // also gives static hosts their slots; "--slots" is its argparse abbreviation
+      {{"--slots-per-host", "--slots"}, {"2"}},
       {{"--elastic-timeout"}, {"600"}},
       {{"--reset-limit"}, {"3"}},
       {{"--blacklist-cooldown-range"}, {"10", "100"}},
@@ -159,7 +160,7 @@ TEST(HorovodrunFlags, EveryFlagIsAcceptedOrRefusedWithAReasonNeverUnknown) {
     }
   }
   EXPECT_EQ(refused, 3);  // --torus-allreduce, --num-nccl-streams, --jsrun
-  EXPECT_EQ(accepted, 68);
+  EXPECT_EQ(accepted, 69);
 }
 
 std::map<std::string, std::string> knobsOf(std::vector<std::string> args) {
