@@ -328,10 +328,13 @@ CommandLine parseArgs(std::vector<std::string> args, const std::vector<std::stri
   c.job.command = app.remaining();
   // horovodrun's elastic mode starts with --min-np ranks when -np is not given.
   if (c.job.np == 0 && c.job.elastic.min_np > 0) c.job.np = c.job.elastic.min_np;
-  // As horovodrun's driver: without --elastic-timeout, the environment's (the knob's own name first).
+  // As horovodrun's driver: without --elastic-timeout, the environment's (the knob's own name
+  // first), where a -x given to the workers counts as horarun's own.
   if (app.get_option("--elastic-timeout")->count() == 0) {
+    const std::map<std::string, std::string> exported = workerEnvironment(c.job);
     for (const char* name : {"HORA_ELASTIC_TIMEOUT_SECONDS", "HOROVOD_ELASTIC_TIMEOUT"}) {
-      const char* value = std::getenv(name);
+      const auto x = exported.find(name);
+      const char* value = x != exported.end() ? x->second.c_str() : std::getenv(name);
       if (!value || !*value) continue;
       char* end = nullptr;
       const double seconds = std::strtod(value, &end);

@@ -250,6 +250,8 @@ TEST(HorovodrunFlags, ElasticTimeoutFromHorovodsVariableWhenTheFlagIsNotGiven) {
   EXPECT_NE(parse({"--min-np", "1", "true"}).stderr_text.find("HOROVOD_ELASTIC_TIMEOUT 'soon'"), std::string::npos);
   ::unsetenv("HOROVOD_ELASTIC_TIMEOUT");
   EXPECT_EQ(parse({"--min-np", "1", "true"}).line.job.elastic.timeout_seconds, 600);
+  // Given to the workers with -x, it is the driver's too.
+  EXPECT_EQ(parse({"--min-np", "1", "-x", "HORA_ELASTIC_TIMEOUT_SECONDS=12", "true"}).line.job.elastic.timeout_seconds, 12);
 }
 
 TEST(HorovodrunFlags, ConfigFileSetsHorovodrunsParametersAndTheCommandLineWins) {

@@ -100,22 +100,32 @@ else
   kill "$job"; finish; check "a SIGKILLed host: the job started at 4 ranks on 2 hosts" 1; tail -n 30 "$out"
 fi
 
-# 2. Cut a host's link: its rank is silent, not gone; the others fail after HORA_TIMEOUT_SECONDS.
-start_job cut_link -np 3 --min-np 1 -H "$h1:1,$h3:1,$h4:1" --grace-seconds 1 -x HORA_TIMEOUT_SECONDS=3 \
-  -- --samples 240 --epochs 2 --step-sleep 0.1
-if wait_line "<stdout>:step .* gen=0 rank=2 size=3 .* step=6$" 120; then
-  cut_ms=$(date +%s%3N)
-  ip link set "hv${HOSTS_ID}h4" down
-  finish; code=$?
-  echo "from the cut to the first step at 2 ranks: $(since_ms "$cut_ms" 2) ms (HORA_TIMEOUT_SECONDS 3 + the join window)"
-  grep -q "horarun: generation 1: 2 rank(s)" "$out" && [ "$code" = 0 ] &&
-    grep -q "horarun: host $h4 is blacklisted for good: worker $h4:0 (rank 2 of generation 0) did not ask to join" "$out" &&
-    [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
-  check "a cut link: the 2 other hosts go on without it, every sample once (code $code)" $?
-  [ "$code" = 0 ] || tail -n 30 "$out"
-else
-  kill "$job"; finish; check "a cut link: the job started at 3 ranks on 3 hosts" 1; tail -n 30 "$out"
-fi
+# silent_host NAME HOST RANK WHAT COMMAND...: a job on hosts 1, 3 and 4 (one rank each); COMMAND
+# makes host HOST (rank RANK) silent without closing anything; the others fail after
+# HORA_TIMEOUT_SECONDS, re-join, and horarun leaves HOST behind once the join window has passed.
+silent_host() {
+  local name=$1 host=$2 rank=$3 what=$4 ip; shift 4
+  ip=${HOST_IP[$host]}
+  start_job "$name" -np 3 --min-np 1 -H "$h1:1,$h3:1,$h4:1" --grace-seconds 1 -x HORA_TIMEOUT_SECONDS=3 \
+    -- --samples 240 --epochs 2 --step-sleep 0.1
+  if wait_line "<stdout>:step .* gen=0 rank=2 size=3 .* step=6$" 120; then
+    local start_ms
+    start_ms=$(date +%s%3N)
+    "$@"
+    finish; code=$?
+    echo "$what: $(since_ms "$start_ms" 2) ms to the first step at 2 ranks (HORA_TIMEOUT_SECONDS 3 + the join window)"
+    grep -q "horarun: generation 1: 2 rank(s)" "$out" && [ "$code" = 0 ] &&
+      grep -q "horarun: host $ip is blacklisted for good: worker $ip:0 (rank $rank of generation 0) did not ask to join" "$out" &&
+      [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
+    check "$what: the 2 other hosts go on without it, every sample once (code $code)" $?
+    [ "$code" = 0 ] || tail -n 30 "$out"
+  else
+    kill "$job"; finish; check "$what: the job started at 3 ranks on 3 hosts" 1; tail -n 30 "$out"
+  fi
+}
+
+# 2. Cut a host's link: its rank is silent, not gone.
+silent_host cut_link 4 2 "a cut link" ip link set "hv${HOSTS_ID}h4" down
 ip link set "hv${HOSTS_ID}h4" up
 
 # 3. Discovery adds a remote host to a job that runs on host 1 only: the store must be reachable
@@ -137,22 +147,9 @@ else
 fi
 
 # 4. Freeze a host (SIGSTOP every process in it, sshd included): nothing closes, nothing answers.
-start_job frozen -np 3 --min-np 1 -H "$h1:1,$h3:1,$h4:1" --grace-seconds 1 -x HORA_TIMEOUT_SECONDS=3 \
-  -- --samples 240 --epochs 2 --step-sleep 0.1
-if wait_line "<stdout>:step .* gen=0 rank=2 size=3 .* step=6$" 120; then
-  stopped_ms=$(date +%s%3N)
-  ip netns pids "${HOST_NS[3]}" | xargs -r kill -STOP
-  finish; code=$?
-  echo "from the SIGSTOP to the first step at 2 ranks: $(since_ms "$stopped_ms" 2) ms (HORA_TIMEOUT_SECONDS 3 + the join window)"
-  grep -q "horarun: generation 1: 2 rank(s)" "$out" && [ "$code" = 0 ] &&
-    grep -q "horarun: host $h3 is blacklisted for good: worker $h3:0 (rank 1 of generation 0) did not ask to join" "$out" &&
-    [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
-  check "a frozen host: the 2 other hosts go on without it, every sample once (code $code)" $?
-  [ "$code" = 0 ] || tail -n 30 "$out"
-else
-  kill "$job"; finish; check "a frozen host: the job started at 3 ranks on 3 hosts" 1; tail -n 30 "$out"
-fi
-ip netns pids "${HOST_NS[3]}" | xargs -r kill -KILL
+freeze_host() { ip netns pids "${HOST_NS[$1]}" | xargs -r kill -STOP; }
+silent_host frozen 3 1 "a frozen host" freeze_host 3
+kill_host 3
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
