@@ -30,6 +30,8 @@ EXAMPLE = os.path.join(HERE, "..", "..", "examples", "pytorch", "fashion_mnist_e
 HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.executable), "horarun")
 FIRST_HOSTS = "127.0.0.1:2\n127.0.0.2:1\n127.0.0.3:1\n"
 ADDED_HOSTS = "127.0.0.1:2\n127.0.0.4:2\n"
+# The disturbed run's changes, in order: (kind, worker id or discovery output, workers after it).
+CHANGES = [("kill", "127.0.0.2:0", 3), ("kill", "127.0.0.3:0", 2), ("add", ADDED_HOSTS, 4)]
 
 RANK0 = r"^\[0\]<stdout>:"
 COMMIT = re.compile(RANK0 + r"commit: epoch (\d+) batch (\d+) \| (\d+) workers")
@@ -77,8 +79,8 @@ class Run:
     def drive(self, gap, timeout):
         """Reads the output to its end; in a disturbed run, sets off the next change once `gap`
         batches were trained since the last one."""
-        changes = [("kill", "127.0.0.2:0"), ("kill", "127.0.0.3:0"), ("add", ADDED_HOSTS)] if self.disturbed else []
-        self.changes = []  # (kind, what, time)
+        changes = list(CHANGES) if self.disturbed else []
+        self.changes = []  # (kind, what, workers after it, time)
         since = None  # (epoch, batch) where the job stood after the last change
         for t, line in self.lines_until(time.time() + timeout):
             m = COMMIT.match(line) or FIRST.match(line)
@@ -89,13 +91,13 @@ class Run:
                 since = at
             if COMMIT.match(line) and at[1] - since[1] >= gap:
                 time.sleep(0.5)  # between two commits: the work since this one is redone
-                kind, what = changes.pop(0)
+                kind, what, workers_after = changes.pop(0)
                 if kind == "kill":
                     os.kill(worker_pid(what), signal.SIGKILL)
                 else:
                     with open(self.hosts, "w") as f:
                         f.write(what)
-                self.changes.append((kind, what, time.time()))
+                self.changes.append((kind, what, workers_after, time.time()))
                 since = (10**9, 0)  # the next first step starts the count again
         self.proc.wait(timeout=60)
         self.seconds = time.time() - self.start
@@ -114,8 +116,7 @@ class Run:
                 resumed = (int(m.group(2)), int(m.group(3)))
                 out["resets"].append({"workers": int(m.group(1)), "resumed": resumed, "last_commit": last_commit,
                                       "no_commit_lost": resumed == last_commit})
-        for kind, what, t in self.changes:
-            size = {"127.0.0.2:0": 3, "127.0.0.3:0": 2}.get(what, 4)
+        for kind, what, size, t in self.changes:
             first = next((ft for ft, l in self.lines if ft > t and (m := FIRST.match(l)) and int(m.group(3)) == size),
                          None)
             change = {"kind": kind, "what": what.strip().replace("\n", ","), "workers_after": size,

@@ -172,5 +172,6 @@ def test_a_command_that_cannot_run_on_any_fixed_host_ends_the_job_at_once_saying
                            str(tmp_path / "no-such-program")], capture_output=True, text=True, timeout=60)
     assert proc.returncode != 0, proc.stderr
     assert "every host is blacklisted for good" in proc.stderr, proc.stderr
-    assert "127.0.0.2:0" in proc.stderr and "127.0.0.1:0" in proc.stderr, proc.stderr  # each failure named
+    for worker in ("127.0.0.1:0", "127.0.0.2:0"):  # each failure named by its worker, not a rank
+        assert f"horarun: worker {worker}: cannot execute" in proc.stderr, proc.stderr
     assert time.time() - start < 20, proc.stderr  # not --elastic-timeout's 600 s
