@@ -42,7 +42,7 @@ TF_Code codeOf(hora_status status) {
 
 }  // namespace hora::tf
 
-int hora_tf_attach(const hora_engine_access* access) {
+int hora_attach_engine(const hora_engine_access* access) {
   if (access == nullptr || access->version != HORA_ENGINE_ACCESS_VERSION || access->size < sizeof(hora_engine_access))
     return -1;
   hora::tf::table.store(access, std::memory_order_release);
