@@ -41,9 +41,16 @@ void scalar(TF_ShapeInferenceContext* ctx, TF_Status* status) {
   TF_DeleteShapeHandle(shape);
 }
 
-void define(const char* name, std::initializer_list<const char*> attrs, std::initializer_list<const char*> inputs,
-            std::initializer_list<const char*> outputs, ShapeFn shape) {
+// A collective is a side effect across processes: stateful, so that no graph optimization
+// folds it away or prunes it on one rank while the others wait for it (e.g. grappler turning
+// Horovod's `broadcast gradient * 0` into zeros on the ranks that are not the root).
+// hora.tensorflow also lets tf.function run them independently of each other (mpi_ops.py).
+enum class Kind { kCollective, kTopology };
+
+void define(Kind kind, const char* name, std::initializer_list<const char*> attrs,
+            std::initializer_list<const char*> inputs, std::initializer_list<const char*> outputs, ShapeFn shape) {
   TF_OpDefinitionBuilder* b = TF_NewOpDefinitionBuilder(name);
+  TF_OpDefinitionBuilderSetIsStateful(b, kind == Kind::kCollective);
   for (const char* a : attrs) TF_OpDefinitionBuilderAddAttr(b, a);
   for (const char* i : inputs) TF_OpDefinitionBuilderAddInput(b, i);
   for (const char* o : outputs) TF_OpDefinitionBuilderAddOutput(b, o);
@@ -68,33 +75,33 @@ constexpr const char* kSet = "process_set_id: int = 0";
 }  // namespace
 
 void defineOps() {
-  define("HoraAllreduce",
+  define(Kind::kCollective, "HoraAllreduce",
          {kReduceTypes, "reduce_op: int", "prescale_factor: float", "postscale_factor: float", kScope, kSet, kName},
          {"tensor: T"}, {"sum: T"}, sameShapes);
-  define("HoraGroupedAllreduce",
+  define(Kind::kCollective, "HoraGroupedAllreduce",
          {kReduceTypes, "reduce_op: int", "prescale_factor: float", "postscale_factor: float", kScope,
           "num_tensors: int", kSet, kName},
          {"tensors: num_tensors * T"}, {"sum: num_tensors * T"}, sameShapes);
-  define("HoraAllgather", {kMoveTypes, kScope, kSet, kName}, {"tensor: T"}, {"output: T"}, unknownShapes);
-  define("HoraGroupedAllgather", {kMoveTypes, kScope, "num_tensors: int", kSet, kName}, {"tensors: num_tensors * T"},
+  define(Kind::kCollective, "HoraAllgather", {kMoveTypes, kScope, kSet, kName}, {"tensor: T"}, {"output: T"}, unknownShapes);
+  define(Kind::kCollective, "HoraGroupedAllgather", {kMoveTypes, kScope, "num_tensors: int", kSet, kName}, {"tensors: num_tensors * T"},
          {"outputs: num_tensors * T"}, unknownShapes);
-  define("HoraBroadcast", {kMoveTypes, "root_rank: int", kScope, kSet, kName}, {"tensor: T"}, {"output: T"},
+  define(Kind::kCollective, "HoraBroadcast", {kMoveTypes, "root_rank: int", kScope, kSet, kName}, {"tensor: T"}, {"output: T"},
          sameShapes);
-  define("HoraAlltoall", {kMoveTypes, kScope, kSet, kName}, {"tensor: T", "splits: int32"},
+  define(Kind::kCollective, "HoraAlltoall", {kMoveTypes, kScope, kSet, kName}, {"tensor: T", "splits: int32"},
          {"output: T", "received_splits: int32"}, unknownShapes);
-  define("HoraReducescatter",
+  define(Kind::kCollective, "HoraReducescatter",
          {kReduceTypes, "reduce_op: int", kScope, "prescale_factor: float", "postscale_factor: float", kSet, kName},
          {"tensor: T"}, {"output: T"}, unknownShapes);
-  define("HoraGroupedReducescatter",
+  define(Kind::kCollective, "HoraGroupedReducescatter",
          {kReduceTypes, "reduce_op: int", kScope, "num_tensors: int", "prescale_factor: float",
           "postscale_factor: float", kSet, kName},
          {"tensors: num_tensors * T"}, {"outputs: num_tensors * T"}, unknownShapes);
-  define("HoraJoin", {kSet}, {}, {"last_rank: int32"}, scalar);
-  define("HoraSize", {kSet}, {}, {"size: int32"}, scalar);
-  define("HoraLocalSize", {}, {}, {"local_size: int32"}, scalar);
-  define("HoraRank", {}, {}, {"rank: int32"}, scalar);
-  define("HoraLocalRank", {}, {}, {"local_rank: int32"}, scalar);
-  define("HoraProcessSetIncluded", {kSet}, {}, {"included: int32"}, scalar);
+  define(Kind::kCollective, "HoraJoin", {kSet}, {}, {"last_rank: int32"}, scalar);
+  define(Kind::kTopology, "HoraSize", {kSet}, {}, {"size: int32"}, scalar);
+  define(Kind::kTopology, "HoraLocalSize", {}, {}, {"local_size: int32"}, scalar);
+  define(Kind::kTopology, "HoraRank", {}, {}, {"rank: int32"}, scalar);
+  define(Kind::kTopology, "HoraLocalRank", {}, {}, {"local_rank: int32"}, scalar);
+  define(Kind::kTopology, "HoraProcessSetIncluded", {kSet}, {}, {"included: int32"}, scalar);
 }
 
 }  // namespace hora::tf

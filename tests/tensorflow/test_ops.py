@@ -236,3 +236,24 @@ def test_topology_ops(mode):
 
 def test_join_returns_the_last_rank(mode):
     assert 0 <= run(mode, hvd.join) < hvd.size()
+
+
+def test_allreduces_of_one_function_are_fused():
+    """The collectives of a tf.function run concurrently (no control chain between them), so
+    the engine gets them together and reduces them as one buffer."""
+    from hora import _core
+
+    @tf.function
+    def step(x):
+        return [hvd.allreduce(x * i, op=hvd.Sum, name=f"fused.{i}") for i in range(8)]
+
+    x = tf.ones([4])
+    graph = step.get_concrete_function(x).graph
+    assert [len(op.control_inputs) for op in graph.get_operations() if op.type == "HoraAllreduce"] == [0] * 8
+    step(x)
+    before = _core.engine_stats()["fused_allreduces"]
+    for _ in range(10):
+        out = step(x)
+    np.testing.assert_allclose([o.numpy() for o in out], [[hvd.size() * i] * 4 for i in range(8)])
+    if hvd.size() > 1:
+        assert _core.engine_stats()["fused_allreduces"] - before >= 5

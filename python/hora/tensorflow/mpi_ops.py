@@ -40,6 +40,28 @@ def _load_library():
 
 HORA_LIB = _load_library()
 
+# The collective ops (stateful in op_defs.cc, as they are side effects across processes).
+_COLLECTIVES = ("HoraAllreduce", "HoraGroupedAllreduce", "HoraAllgather", "HoraGroupedAllgather", "HoraBroadcast",
+                "HoraAlltoall", "HoraReducescatter", "HoraGroupedReducescatter", "HoraJoin")
+
+
+def _run_collectives_independently():
+    """tf.function runs the stateful ops of a function one after the other, in program order,
+    which would let the engine see one gradient's allreduce at a time, never fused. The ops that
+    TensorFlow's automatic control dependencies name as order-insensitive but must-run get no
+    such chain: they run before the function returns, concurrently with everything else. hora's
+    collectives are such ops (they order themselves through the engine's negotiation); the list
+    is TensorFlow's private set, present in 2.15 and 2.21. Without it (another TensorFlow), the
+    collectives still run correctly, in program order."""
+    from tensorflow.python.framework import auto_control_deps
+
+    known = getattr(auto_control_deps, "MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS", None)
+    if isinstance(known, frozenset):
+        auto_control_deps.MUST_RUN_ORDER_INSENSITIVE_STATEFUL_OPS = known | frozenset(_COLLECTIVES)
+
+
+_run_collectives_independently()
+
 
 def init(comm=None, process_sets=None):
     """Joins the job (horarun, mpirun, srun or a plain process: a job of one); as hvd.init."""
@@ -190,9 +212,7 @@ def _broadcast_grad(op, grad):
     root_rank = op.get_attr("root_rank")
     grad_reduced = _allreduce(grad, op=Average, ignore_name_scope=op.get_attr("ignore_name_scope"),
                               process_set=process_set_by_id(op.get_attr("process_set_id")))
-    if rank() != root_rank:
-        return grad_reduced * 0
-    return grad_reduced
+    return grad_reduced if rank() == root_rank else grad_reduced * 0
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
