@@ -75,7 +75,7 @@ fi
 cmake --build "$build" -j "$(nproc)" 2>&1 | { grep -E "warning|error|Error" || true; }
 test "${PIPESTATUS[0]}" = 0
 cmake --install "$build" >/dev/null
-# The Python package (hora.run, ...), from Debian's setuptools: nothing comes from PyPI.
+# The Python package (hora.run, ...) into both venvs, with each venv's setuptools (no download).
 for venv in .venv .venv-tf2; do
   HORA_CMAKE_BUILD_DIR="$build" $venv/bin/pip install --no-build-isolation --no-deps --no-index -q . >/dev/null
 done
