@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what hora needs from Debian (only what is missing), makes .venv from Debian's python
-# with the system site packages, builds hora in Release and installs it into .venv, so that
+# with the system site packages, installs TensorFlow into it (and the newest TensorFlow into
+# .venv-tf2), builds hora in Release and installs it into both, so that
 # `source .venv/bin/activate` puts horarun and hora-bench on PATH. Idempotent and quiet when
 # there is nothing to do.
 set -euo pipefail
