@@ -20,7 +20,7 @@
 #include "engine/executor.h"
 #include "engine/handle.h"
 #include "engine/negotiator.h"
-#include "engine/parameter_manager.h"
+#include "engine/autotune/parameter_manager.h"
 #include "engine/submission.h"
 #include "engine/timeline.h"
 #include "hora/engine.h"
