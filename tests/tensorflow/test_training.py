@@ -174,3 +174,29 @@ def test_elastic_run_turns_lost_process_errors_into_hora_errors():
 def test_broadcast_global_variables_is_tf1_only():
     with pytest.raises(RuntimeError):
         hvd.broadcast_global_variables(0)
+
+
+def test_the_readme_recipe_trains_every_rank_alike():
+    """README's quick start: a tape in a tf.function, variables broadcast after the first step;
+    the ranks start from different weights and end with the same ones."""
+    tf.random.set_seed(hvd.rank())
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"), tf.keras.layers.Dense(1)])
+    loss_fn = tf.keras.losses.MeanSquaredError()
+    opt = tf.keras.optimizers.SGD(0.01 * hvd.size(), momentum=0.9)
+
+    @tf.function
+    def step(x, y, first):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        if first:
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(opt.variables, root_rank=0)
+        return loss
+
+    for i in range(5):
+        x = per_rank(hvd.rank(), (16, 4), np.float32, 50 + i)
+        step(tf.constant(x), tf.constant(x.sum(axis=1, keepdims=True)), i == 0)
+    weights = tf.concat([tf.reshape(v, [-1]) for v in model.variables], axis=0)
+    np.testing.assert_array_equal(hvd.allreduce(weights, op=hvd.Min).numpy(), hvd.allreduce(weights, op=hvd.Max).numpy())
