@@ -200,3 +200,21 @@ def test_the_readme_recipe_trains_every_rank_alike():
         step(tf.constant(x), tf.constant(x.sum(axis=1, keepdims=True)), i == 0)
     weights = tf.concat([tf.reshape(v, [-1]) for v in model.variables], axis=0)
     np.testing.assert_array_equal(hvd.allreduce(weights, op=hvd.Min).numpy(), hvd.allreduce(weights, op=hvd.Max).numpy())
+
+
+def test_tf1_graph_and_session():
+    """TF1 code: the ops in a tf.Graph run by a Session; the hook broadcasts the global
+    variables, broadcast_object_fn objects."""
+    with tf.Graph().as_default():
+        v = tf.compat.v1.get_variable("v", initializer=tf.constant([float(hvd.rank() + 1)] * 3))
+        hook = hvd.BroadcastGlobalVariablesHook(0)
+        hook.begin()
+        total = hvd.allreduce(v.read_value(), op=hvd.Sum)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            hook.after_create_session(session, None)
+            np.testing.assert_allclose(session.run(v), [1.0] * 3)
+            np.testing.assert_allclose(session.run(total), [float(hvd.size())] * 3)
+            bcast = hvd.broadcast_object_fn(root_rank=0, session=session)
+            assert bcast({"rank": hvd.rank()}) == {"rank": 0}
+            assert hvd.broadcast_object([hvd.rank()], session=session, name="graph.obj") == [0]
