@@ -1,5 +1,5 @@
 """hora.tensorflow in real jobs that go wrong: a rank that dies, and a rank that never comes. The
-others' ops raise TensorFlow errors naming the rank or the tensor within seconds, in eager mode
+other's ops raise TensorFlow errors naming the rank or the tensor within seconds, in eager mode
 and inside tf.function, and hvd.elastic.run would see them as HoraInternalError (the jobs run
 under horarun with the project's TensorFlow, in .venv)."""
 
@@ -31,10 +31,10 @@ SCRIPT = textwrap.dedent("""
     try:
         for step in range(20):
             steady(tf.ones([1000]))
-        if r == 2:
+        if r == 1:
             if fault == "die":
                 os._exit(9)
-            time.sleep(10)  # alive, but not calling "late" (past the stall limit)
+            time.sleep(8)  # alive, but not calling "late" (past the stall limit)
             os._exit(0)
         # A name the engine has not cached yet, so that the stall inspector sees it.
         late(tf.ones([1000]))
@@ -49,24 +49,21 @@ def job(tmp_path, mode, fault, extra=()):
     script.write_text(SCRIPT)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     start = time.time()
-    out = subprocess.run([HORARUN, "-np", "3", "--grace-seconds", "20", *extra, sys.executable, str(script), mode,
+    out = subprocess.run([HORARUN, "-np", "2", "--grace-seconds", "20", *extra, sys.executable, str(script), mode,
                           fault], capture_output=True, text=True, timeout=120, env=env)
-    caught = {r: [l for l in out.stdout.splitlines() if l.startswith(f"[{r}]<stdout>:rank {r} caught")]
-              for r in (0, 1)}
-    assert caught[0] and caught[1], out.stdout + out.stderr
-    return out, {r: lines[0] for r, lines in caught.items()}, time.time() - start
+    caught = [line for line in out.stdout.splitlines() if line.startswith("[0]<stdout>:rank 0 caught")]
+    assert caught, out.stdout + out.stderr
+    return out, caught[0], time.time() - start
 
 
 @pytest.mark.parametrize("mode", ["eager", "function"])
 def test_a_killed_rank_is_an_unknown_error_naming_it(tmp_path, mode):
-    out, caught, elapsed = job(tmp_path, mode, "die")
+    out, line, elapsed = job(tmp_path, mode, "die")
     assert out.returncode == 9, out.stdout + out.stderr
-    for line in caught.values():
-        assert "UnknownError" in line and "rank 2" in line, line
+    assert "UnknownError" in line and "rank 1" in line, line
     assert elapsed < 40, f"the job took {elapsed:.1f} s to end"
 
 
 def test_a_silent_rank_fails_the_others_at_the_stall_limit_naming_the_tensor(tmp_path):
-    out, caught, _ = job(tmp_path, "function", "hang", ["-x", "HORA_STALL_SHUTDOWN_TIME_SECONDS=3"])
-    for line in caught.values():
-        assert "UnknownError" in line and "'late'" in line and "missing on ranks [2]" in line, line
+    _, line, _ = job(tmp_path, "function", "hang", ["-x", "HORA_STALL_SHUTDOWN_TIME_SECONDS=3"])
+    assert "UnknownError" in line and "'late'" in line and "missing on ranks [1]" in line, line
