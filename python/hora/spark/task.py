@@ -16,7 +16,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 
 from hora._channel import Channel, free_port
@@ -45,28 +44,30 @@ def run_task(index, driver_address, secret, payload, start_timeout, executable):
 def _run_rank(channel, rank, rank_env, payload, executable):
     env = dict(os.environ)
     env.update(rank_env)
-    with tempfile.TemporaryDirectory(prefix="hora-spark-") as tmp:
-        path = os.path.join(tmp, "payload")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "w") as f:
-            f.write(base64.b64encode(payload).decode())
-        env["HORA_RUN_PAYLOAD_FILE"] = path
-        env["PYTHONUNBUFFERED"] = "1"  # output reaches the driver as it is written
-        child = subprocess.Popen([executable or sys.executable, "-m", "hora._run_worker"], env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 preexec_fn=_die_with_parent)
-        channel.send(("started", rank, child.pid))
-        pumps = [threading.Thread(target=_pump, args=(channel, rank, child.stdout, "stdout"), daemon=True),
-                 threading.Thread(target=_pump, args=(channel, rank, child.stderr, "stderr"), daemon=True)]
-        for p in pumps:
-            p.start()
-        threading.Thread(target=_kill_when_driver_leaves, args=(channel, child), daemon=True).start()
-        code = child.wait()
-        for p in pumps:
-            p.join()
-        try:
-            channel.send(("exit", rank, code))
-        except OSError:
-            pass  # the driver is gone: nobody to tell
+    # The payload goes through the child's stdin: no file to leave behind if the task is killed.
+    env["HORA_RUN_PAYLOAD_FILE"] = "/dev/stdin"
+    env["PYTHONUNBUFFERED"] = "1"  # output reaches the driver as it is written
+    child = subprocess.Popen([executable or sys.executable, "-m", "hora._run_worker"], env=env,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             preexec_fn=_die_with_parent)
+    channel.send(("started", rank, child.pid))
+    pumps = [threading.Thread(target=_pump, args=(channel, rank, child.stdout, "stdout"), daemon=True),
+             threading.Thread(target=_pump, args=(channel, rank, child.stderr, "stderr"), daemon=True)]
+    for p in pumps:
+        p.start()
+    threading.Thread(target=_kill_when_driver_leaves, args=(channel, child), daemon=True).start()
+    try:
+        child.stdin.write(base64.b64encode(payload))
+        child.stdin.close()
+    except BrokenPipeError:
+        pass  # the child died before reading it: its exit status says why
+    code = child.wait()
+    for p in pumps:
+        p.join()
+    try:
+        channel.send(("exit", rank, code))
+    except OSError:
+        pass  # the driver is gone: nobody to tell
 
 
 def _die_with_parent():

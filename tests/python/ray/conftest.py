@@ -11,13 +11,14 @@ import runner_training  # noqa: E402
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(request):
+def ray_cluster(request, tmp_path_factory):
     import ray
     import ray.cloudpickle
 
     # The actors cannot import the test modules: their functions travel by value.
     ray.cloudpickle.register_pickle_by_value(runner_training)
     ray.cloudpickle.register_pickle_by_value(request.module)
-    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False)
+    ray.init(num_cpus=2, include_dashboard=False, configure_logging=False,
+             _temp_dir=str(tmp_path_factory.mktemp("ray")))
     yield ray
     ray.shutdown()
