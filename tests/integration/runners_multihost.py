@@ -1,0 +1,141 @@
+"""The driver of spark_ray_multihost_test.sh, run on namespace host 1 while the cluster's daemons
+run on hosts 1-3: `runners_multihost.py spark spark://h1:7077 h1` or `... ray h1:6379 h1`.
+
+Two ranks land on hosts 2 and 3; the checks: each rank's host and topology as hora derived it,
+an allreduce against numpy over the hosts' link, the training reference, and a rank killed
+mid-job failing the run within seconds with an error naming the rank and its host."""
+
+import os
+import signal
+import sys
+import tempfile
+import threading
+import time
+
+import numpy
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import runner_training  # noqa: E402
+from hora.runner import RunError  # noqa: E402
+
+FAILURE_DEADLINE_S = 10.0
+
+
+def placement():
+    import hora.torch as hvd
+    import torch
+
+    hvd.init()
+    total = hvd.allreduce(torch.arange(1000, dtype=torch.float32) * (hvd.rank() + 1), op=hvd.Sum).numpy()
+    return (hvd.rank(), os.environ["HORA_HOSTNAME"], hvd.local_rank(), hvd.cross_rank(), hvd.cross_size(),
+            os.environ["HORA_RENDEZVOUS_ADDR"], total)
+
+
+def check_placement(results, hosts):
+    want = numpy.arange(1000, dtype=numpy.float32) * 3
+    assert sorted(r[1] for r in results) == sorted(hosts), results
+    for rank, (r, host, local_rank, cross_rank, cross_size, store, total) in enumerate(results):
+        assert (r, local_rank, cross_rank, cross_size) == (rank, 0, rank, 2), results
+        assert store == results[0][1]  # rank 0 serves the store on its own host
+        numpy.testing.assert_array_equal(total, want)
+    print(f"ok: 2 ranks on hosts {[r[1] for r in results]}, rank 0 serving the store; allreduce equals numpy")
+
+
+def train_until_killed(pid_file):
+    import hora.torch as hvd
+    import torch
+
+    hvd.init()
+    hvd.allreduce(torch.ones(1), name="warmup")
+    if hvd.rank() == 1:
+        with open(pid_file + ".tmp", "w") as f:
+            f.write(str(os.getpid()))
+        os.rename(pid_file + ".tmp", pid_file)
+    for step in range(100_000):
+        hvd.allreduce(torch.ones(1000), name=f"step{step}")
+        time.sleep(0.01)
+
+
+def check_kill(run, what):
+    """Runs train_until_killed through run(fn, args), SIGKILLs rank 1 once it trains."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pid_file = os.path.join(tmp, "rank1")
+        killed_at = []
+
+        def killer():
+            deadline = time.monotonic() + 120
+            while not os.path.exists(pid_file) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            with open(pid_file) as f:
+                os.kill(int(f.read()), signal.SIGKILL)  # pids are the machine's: namespaces split only the network
+            killed_at.append(time.monotonic())
+
+        threading.Thread(target=killer, daemon=True).start()
+        try:
+            run(train_until_killed, (pid_file,))
+        except RunError as e:
+            elapsed = time.monotonic() - killed_at[0]
+            assert e.rank == 1 and elapsed < FAILURE_DEADLINE_S, (elapsed, str(e))
+            print(f"ok: {what}: rank 1 killed -> RunError in {elapsed:.2f} s: {str(e).splitlines()[0]}")
+            return str(e)
+        raise AssertionError("the run survived a killed rank")
+
+
+def spark_main(master, driver_host, hosts):
+    from pyspark.sql import SparkSession
+
+    import cloudpickle
+
+    cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    cloudpickle.register_pickle_by_value(runner_training)
+    import hora.spark
+
+    os.environ["PYSPARK_PYTHON"] = sys.executable  # what the executors run (spark.pyspark.python is spark-submit's)
+    start = time.monotonic()
+    spark = (SparkSession.builder.master(master).appName("hora-multihost")
+             .config("spark.driver.host", driver_host).config("spark.driver.bindAddress", driver_host)
+             .config("spark.ui.enabled", "false")
+             .config("spark.ui.showConsoleProgress", "false").config("spark.executor.memory", "512m").getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    print(f"ok: SparkSession on {master} in {time.monotonic() - start:.1f} s")
+    try:
+        start = time.monotonic()
+        check_placement(hora.spark.run(placement, num_proc=2, start_timeout=120), hosts)
+        print(f"   (first run, executors starting: {time.monotonic() - start:.1f} s)")
+        runner_training.check(hora.spark.run(runner_training.train, num_proc=2))
+        print("ok: training through hora.spark.run across hosts equals the one-process reference")
+        message = check_kill(lambda fn, args: hora.spark.run(fn, args=args, num_proc=2, stderr=open(os.devnull, "w")),
+                             "hora.spark")
+        assert any(f"rank 1 on host {h} was killed by SIGKILL" in message for h in hosts), message
+    finally:
+        spark.stop()
+
+
+def ray_main(address, driver_host, hosts):
+    import ray
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    ray.cloudpickle.register_pickle_by_value(runner_training)
+    from hora.ray import RayExecutor
+
+    ray.init(address=address, _node_ip_address=driver_host, configure_logging=False)
+    try:
+        settings = RayExecutor.create_settings(timeout_s=30, placement_group_timeout_s=60)
+        start = time.monotonic()
+        executor = RayExecutor(settings, num_hosts=2, num_workers_per_host=1)
+        executor.start()
+        print(f"ok: RayExecutor(num_hosts=2) started in {time.monotonic() - start:.1f} s on {executor.hosts}")
+        check_placement(executor.run(placement), hosts)
+        runner_training.check(executor.run(runner_training.train))
+        print("ok: training through RayExecutor across hosts equals the one-process reference")
+        message = check_kill(lambda fn, args: executor.run(fn, args=args), "hora.ray")
+        assert any(f"rank 1 on node {h} lost its Ray actor" in message for h in hosts), message
+        executor.shutdown()
+    finally:
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    mode, address, driver_host, *worker_hosts = sys.argv[1:]
+    {"spark": spark_main, "ray": ray_main}[mode](address, driver_host, worker_hosts)

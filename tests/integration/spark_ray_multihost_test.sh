@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# hora.spark and hora.ray on real clusters across namespace hosts (netns_hosts.sh): a Spark
+# standalone master on host 1 with a worker (one core) on each of hosts 2 and 3, then a Ray
+# head on host 1 (no CPUs) with a node on each of hosts 2 and 3. The driver runs on host 1
+# (runners_multihost.py); the ranks land on hosts 2 and 3 and talk over the hosts' link. Every
+# daemon binds its host's address and is stopped at the end, with everything else left in the
+# hosts' namespaces.
+#
+# Needs root, and .venv with pyspark, ray and hora.torch (scripts/setup.sh); exits 77 (skipped)
+# otherwise, unless HORA_REQUIRE_MULTIHOST=1.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+venv=$(cd "$here/../.." && pwd)/.venv
+python=$venv/bin/python
+# shellcheck source=netns_hosts.sh
+source "$here/netns_hosts.sh"
+
+skip() {
+  echo "SKIP: $*"
+  [ "${HORA_REQUIRE_MULTIHOST:-0}" = 1 ] && exit 1
+  exit 77
+}
+hosts_available || skip "no namespace hosts"
+"$python" -c 'import pyspark, ray, hora.torch' 2>/dev/null || skip "$python lacks pyspark, ray or hora.torch"
+
+failures=0
+check() {  # check DESCRIPTION STATUS
+  if [ "$2" = 0 ]; then echo "ok: $1"; else echo "FAILED: $1"; failures=$((failures + 1)); fi
+}
+
+# Every process left in a host's namespace (daemons and whatever they started), by pid.
+stop_host_processes() {
+  local i pids
+  for i in $(seq 1 "${HOSTS_N:-0}"); do
+    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    [ -n "$pids" ] && kill $pids 2>/dev/null
+  done
+  sleep 2
+  for i in $(seq 1 "${HOSTS_N:-0}"); do
+    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null | tr '\n' ' ')
+    # shellcheck disable=SC2086
+    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
+  done
+}
+
+hosts_up 3 || exit 1
+trap 'stop_host_processes; hosts_down' EXIT
+h1=${HOST_IP[1]} h2=${HOST_IP[2]} h3=${HOST_IP[3]}
+logs=$HOSTS_DIR/logs
+mkdir -p "$logs"
+
+# --- Spark standalone ------------------------------------------------------------------------
+spark_home=$("$python" -c 'import os, pyspark; print(os.path.dirname(pyspark.__file__))')
+spark_class=$spark_home/bin/spark-class
+start=$SECONDS
+on_host 1 env SPARK_HOME="$spark_home" SPARK_LOCAL_IP="$h1" "$spark_class" org.apache.spark.deploy.master.Master \
+  --host "$h1" --port 7077 --webui-port 8080 >"$logs/master.log" 2>&1 &
+for i in 2 3; do
+  on_host "$i" env SPARK_HOME="$spark_home" SPARK_LOCAL_IP="${HOST_IP[$i]}" "$spark_class" \
+    org.apache.spark.deploy.worker.Worker "spark://$h1:7077" --host "${HOST_IP[$i]}" --cores 1 --memory 1g \
+    --webui-port 8081 --work-dir "$HOSTS_DIR/spark-work-$i" >"$logs/worker$i.log" 2>&1 &
+done
+# The driver's session waits for the master; the workers register within seconds.
+on_host 1 env SPARK_LOCAL_IP="$h1" timeout 300 "$python" "$here/runners_multihost.py" spark "spark://$h1:7077" "$h1" \
+  "$h2" "$h3" >"$logs/spark-driver.log" 2>&1
+code=$?
+grep -E "^(ok|   )" "$logs/spark-driver.log"
+check "hora.spark.run on a standalone cluster across hosts 2 and 3 ($((SECONDS - start)) s with the daemons' start)" $code
+[ $code = 0 ] || tail -40 "$logs/spark-driver.log"
+stop_host_processes  # the Spark daemons and their executors
+hosts_with_leftovers=$(for i in 1 2 3; do ip netns pids "${HOST_NS[$i]}" | grep -q . && echo "$i"; done)
+[ -z "$hosts_with_leftovers" ]; check "nothing of Spark is left running on the hosts" $?
+
+# --- Ray ---------------------------------------------------------------------------------------
+ray_bin=$venv/bin/ray
+ray_tmp=$HOSTS_DIR/ray
+start=$SECONDS
+ray_common=(--temp-dir "$ray_tmp" --object-store-memory 100000000 --disable-usage-stats)
+on_host 1 env RAY_NODE_IP_ADDRESS="$h1" "$ray_bin" start --head --node-ip-address "$h1" --port 6379 --num-cpus 0 \
+  --include-dashboard false "${ray_common[@]}" >"$logs/ray-head.log" 2>&1
+check "ray start --head on host 1" $?
+for i in 2 3; do
+  on_host "$i" "$ray_bin" start --address "$h1:6379" --node-ip-address "${HOST_IP[$i]}" --num-cpus 1 \
+    "${ray_common[@]}" >"$logs/ray-node$i.log" 2>&1
+  check "ray start on host $i" $?
+done
+on_host 1 timeout 300 "$python" "$here/runners_multihost.py" ray "$h1:6379" "$h1" "$h2" "$h3" \
+  >"$logs/ray-driver.log" 2>&1
+code=$?
+grep -E "^(ok|   )" "$logs/ray-driver.log"
+check "RayExecutor on a Ray cluster across hosts 2 and 3 ($((SECONDS - start)) s with the daemons' start)" $code
+[ $code = 0 ] || tail -40 "$logs/ray-driver.log"
+
+echo "$failures failure(s)"
+[ $failures = 0 ]
