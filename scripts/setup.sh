@@ -25,6 +25,8 @@ packages=(
   # the C++ frontend and its example: libtorch, zlib for the gzipped data set, the data set
   libtorch-dev zlib1g-dev dataset-fashion-mnist
   libopenmpi-dev openmpi-bin
+  # hora.spark: Spark's JVM
+  openjdk-17-jre-headless
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -40,6 +42,17 @@ fi
 
 if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
+fi
+
+# hora.spark and hora.ray: pyspark and ray from PyPI, at versions checked in one process with
+# Debian's numpy 1.24 and torch 1.13 (pip leaves numpy alone: neither pins it). Only when missing.
+spark_ray=(pyspark==4.0.1 ray==2.50.1)
+if ! .venv/bin/python - "${spark_ray[@]}" 2>/dev/null <<'EOF'; then
+import importlib.metadata, sys
+sys.exit(any(importlib.metadata.version(n) != v for n, v in (a.split("==") for a in sys.argv[1:])))
+EOF
+  echo "setup: installing ${spark_ray[*]}"
+  .venv/bin/pip install -q "${spark_ray[@]}"
 fi
 
 build=${HORA_BUILD_DIR:-build/release}

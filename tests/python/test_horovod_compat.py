@@ -73,6 +73,15 @@ print(horovod.__version__)
     assert out.strip() == "0.28.1"
 
 
+def test_horovod_spark_and_ray_are_horas(compat):
+    _, env = compat
+    python("""
+import hora.spark, hora.ray, horovod.spark, horovod.ray
+assert horovod.spark.run is hora.spark.run
+assert horovod.ray.RayExecutor is hora.ray.RayExecutor and horovod.ray.BaseHorovodWorker is hora.ray.BaseHorovodWorker
+""", env)
+
+
 def test_one_state_under_both_names(compat):
     _, env = compat
     out = python("""
