@@ -6,16 +6,13 @@ an allreduce against numpy over the hosts' link, the training reference, and a r
 mid-job failing the run within seconds with an error naming the rank and its host."""
 
 import os
-import signal
 import sys
-import tempfile
-import threading
 import time
 
 import numpy
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import runner_training  # noqa: E402
+import runner_jobs  # noqa: E402
 from hora.runner import RunError  # noqa: E402
 
 FAILURE_DEADLINE_S = 10.0
@@ -41,44 +38,12 @@ def check_placement(results, hosts):
     print(f"ok: 2 ranks on hosts {[r[1] for r in results]}, rank 0 serving the store; allreduce equals numpy")
 
 
-def train_until_killed(pid_file):
-    import hora.torch as hvd
-    import torch
-
-    hvd.init()
-    hvd.allreduce(torch.ones(1), name="warmup")
-    if hvd.rank() == 1:
-        with open(pid_file + ".tmp", "w") as f:
-            f.write(str(os.getpid()))
-        os.rename(pid_file + ".tmp", pid_file)
-    for step in range(100_000):
-        hvd.allreduce(torch.ones(1000), name=f"step{step}")
-        time.sleep(0.01)
-
-
 def check_kill(run, what):
-    """Runs train_until_killed through run(fn, args), SIGKILLs rank 1 once it trains."""
-    with tempfile.TemporaryDirectory() as tmp:
-        pid_file = os.path.join(tmp, "rank1")
-        killed_at = []
-
-        def killer():
-            deadline = time.monotonic() + 120
-            while not os.path.exists(pid_file) and time.monotonic() < deadline:
-                time.sleep(0.05)
-            with open(pid_file) as f:
-                os.kill(int(f.read()), signal.SIGKILL)  # pids are the machine's: namespaces split only the network
-            killed_at.append(time.monotonic())
-
-        threading.Thread(target=killer, daemon=True).start()
-        try:
-            run(train_until_killed, (pid_file,))
-        except RunError as e:
-            elapsed = time.monotonic() - killed_at[0]
-            assert e.rank == 1 and elapsed < FAILURE_DEADLINE_S, (elapsed, str(e))
-            print(f"ok: {what}: rank 1 killed -> RunError in {elapsed:.2f} s: {str(e).splitlines()[0]}")
-            return str(e)
-        raise AssertionError("the run survived a killed rank")
+    """run(fn, pid_dir) runs runner_jobs.train_until_killed; its rank 1 is killed once it trains."""
+    e, elapsed = runner_jobs.run_and_kill(run)
+    assert isinstance(e, RunError) and e.rank == 1 and elapsed < FAILURE_DEADLINE_S, (elapsed, str(e))
+    print(f"ok: {what}: rank 1 killed -> RunError in {elapsed:.2f} s: {str(e).splitlines()[0]}")
+    return str(e)
 
 
 def spark_main(master, driver_host, hosts):
@@ -87,7 +52,7 @@ def spark_main(master, driver_host, hosts):
     import cloudpickle
 
     cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    cloudpickle.register_pickle_by_value(runner_training)
+    cloudpickle.register_pickle_by_value(runner_jobs)
     import hora.spark
 
     os.environ["PYSPARK_PYTHON"] = sys.executable  # what the executors run (spark.pyspark.python is spark-submit's)
@@ -102,10 +67,10 @@ def spark_main(master, driver_host, hosts):
         start = time.monotonic()
         check_placement(hora.spark.run(placement, num_proc=2, start_timeout=120), hosts)
         print(f"   (first run, executors starting: {time.monotonic() - start:.1f} s)")
-        runner_training.check(hora.spark.run(runner_training.train, num_proc=2))
+        runner_jobs.check(hora.spark.run(runner_jobs.train, num_proc=2))
         print("ok: training through hora.spark.run across hosts equals the one-process reference")
-        message = check_kill(lambda fn, args: hora.spark.run(fn, args=args, num_proc=2, stderr=open(os.devnull, "w")),
-                             "hora.spark")
+        message = check_kill(lambda fn, pid_dir: hora.spark.run(fn, args=(pid_dir,), num_proc=2,
+                                                                 stderr=open(os.devnull, "w")), "hora.spark")
         assert any(f"rank 1 on host {h} was killed by SIGKILL" in message for h in hosts), message
     finally:
         spark.stop()
@@ -116,7 +81,7 @@ def ray_main(address, driver_host, hosts):
     import ray.cloudpickle
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    ray.cloudpickle.register_pickle_by_value(runner_training)
+    ray.cloudpickle.register_pickle_by_value(runner_jobs)
     from hora.ray import RayExecutor
 
     ray.init(address=address, _node_ip_address=driver_host, configure_logging=False)
@@ -127,9 +92,9 @@ def ray_main(address, driver_host, hosts):
         executor.start()
         print(f"ok: RayExecutor(num_hosts=2) started in {time.monotonic() - start:.1f} s on {executor.hosts}")
         check_placement(executor.run(placement), hosts)
-        runner_training.check(executor.run(runner_training.train))
+        runner_jobs.check(executor.run(runner_jobs.train))
         print("ok: training through RayExecutor across hosts equals the one-process reference")
-        message = check_kill(lambda fn, args: executor.run(fn, args=args), "hora.ray")
+        message = check_kill(lambda fn, pid_dir: executor.run(fn, args=[pid_dir]), "hora.ray")
         assert any(f"rank 1 on node {h} lost its Ray actor" in message for h in hosts), message
         executor.shutdown()
     finally:

@@ -68,9 +68,14 @@ code=$?
 grep -E "^(ok|   )" "$logs/spark-driver.log"
 check "hora.spark.run on a standalone cluster across hosts 2 and 3 ($((SECONDS - start)) s with the daemons' start)" $code
 [ $code = 0 ] || tail -40 "$logs/spark-driver.log"
-stop_host_processes  # the Spark daemons and their executors
-hosts_with_leftovers=$(for i in 1 2 3; do ip netns pids "${HOST_NS[$i]}" | grep -q . && echo "$i"; done)
-[ -z "$hosts_with_leftovers" ]; check "nothing of Spark is left running on the hosts" $?
+# Stops every process of the hosts (the daemons and what they started) and checks none is left.
+stop_and_check() {
+  stop_host_processes
+  local left
+  left=$(for i in 1 2 3; do ip netns pids "${HOST_NS[$i]}"; done | tr '\n' ' ')
+  [ -z "$left" ]; check "nothing of $1 is left running on the hosts${left:+ (left: $left)}" $?
+}
+stop_and_check Spark
 
 # --- Ray ---------------------------------------------------------------------------------------
 ray_bin=$venv/bin/ray
@@ -91,6 +96,7 @@ code=$?
 grep -E "^(ok|   )" "$logs/ray-driver.log"
 check "RayExecutor on a Ray cluster across hosts 2 and 3 ($((SECONDS - start)) s with the daemons' start)" $code
 [ $code = 0 ] || tail -40 "$logs/ray-driver.log"
+stop_and_check Ray
 
 echo "$failures failure(s)"
 [ $failures = 0 ]

@@ -7,7 +7,7 @@ import sys
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import runner_training  # noqa: E402
+import runner_jobs  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -16,7 +16,7 @@ def ray_cluster(request, tmp_path_factory):
     import ray.cloudpickle
 
     # The actors cannot import the test modules: their functions travel by value.
-    ray.cloudpickle.register_pickle_by_value(runner_training)
+    ray.cloudpickle.register_pickle_by_value(runner_jobs)
     ray.cloudpickle.register_pickle_by_value(request.module)
     ray.init(num_cpus=2, include_dashboard=False, configure_logging=False,
              _temp_dir=str(tmp_path_factory.mktemp("ray")))

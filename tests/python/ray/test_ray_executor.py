@@ -3,15 +3,13 @@ order, execute/execute_single/run_remote, a rank's exception, a killed actor, in
 placements, training. Every failure must reach the driver within seconds, naming the rank."""
 
 import os
-import signal
 import sys
-import threading
 import time
 
 import numpy
 import pytest
 
-import runner_training
+import runner_jobs
 from hora.ray import RayExecutor
 from hora.runner import RunError
 
@@ -94,33 +92,14 @@ def test_an_exception_is_raised_with_its_rank_and_traceback(executor):
         executor.run(lambda: 0)
 
 
-def _train_forever():
-    import hora.torch as hvd
-    import torch
-
-    hvd.init()
-    for step in range(100_000):
-        hvd.allreduce(torch.ones(1000), name=f"step{step}")
-        time.sleep(0.01)
-
-
 def test_a_killed_actor_fails_the_run_within_seconds_naming_it(executor):
-    pid = executor.execute(lambda _: os.getpid())[1]
-    killed_at = []
-
-    def killer():
-        time.sleep(1.0)  # the ranks are in their loop
-        os.kill(pid, signal.SIGKILL)
-        killed_at.append(time.monotonic())
-
-    threading.Thread(target=killer, daemon=True).start()
-    with pytest.raises(RunError) as info:
-        executor.run(_train_forever)
-    elapsed = time.monotonic() - killed_at[0]
+    e, elapsed = runner_jobs.run_and_kill(lambda fn, pid_dir: executor.run(fn, args=[pid_dir]))
     print(f"\nhora.ray: actor killed -> RunError in {elapsed:.2f} s", file=sys.stderr)
+    assert isinstance(e, RunError), e
     assert elapsed < FAILURE_DEADLINE_S
-    assert info.value.rank == 1
-    assert str(info.value).startswith(f"rank 1 on node {executor_host()} lost its Ray actor"), str(info.value)
+    assert e.rank == 1
+    host = executor_host()
+    assert str(e).startswith(f"rank 1 on node {host} lost its Ray actor"), str(e)
 
 
 def executor_host():
@@ -149,4 +128,4 @@ def test_arguments_are_checked():
 
 
 def test_training_through_ray_matches_the_single_process_reference(executor):
-    runner_training.check(executor.run(runner_training.train))
+    runner_jobs.check(executor.run(runner_jobs.train))

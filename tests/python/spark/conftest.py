@@ -9,10 +9,10 @@ import cloudpickle
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import runner_training  # noqa: E402
+import runner_jobs  # noqa: E402
 
 # The executors cannot import the test modules: their functions travel by value.
-cloudpickle.register_pickle_by_value(runner_training)
+cloudpickle.register_pickle_by_value(runner_jobs)
 
 
 @pytest.fixture(scope="module")

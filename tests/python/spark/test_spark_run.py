@@ -5,16 +5,13 @@ too few slots. Every failure must reach the driver within seconds, naming the ra
 import io
 import os
 import re
-import signal
 import sys
-import tempfile
-import threading
 import time
 
 import numpy
 import pytest
 
-import runner_training
+import runner_jobs
 from hora.runner import RunError
 
 # The issue's contract: a dead rank fails the run within this many seconds.
@@ -93,49 +90,15 @@ def test_an_exception_is_raised_with_its_rank_and_traceback(spark):
     assert "rank 0 raised ShutdownError" in str(e)  # the consequence, listed after the cause
 
 
-def _train_until_killed(pid_dir):
-    import hora.torch as hvd
-    import torch
-
-    hvd.init()
-    hvd.allreduce(torch.ones(1), name="warmup")
-    with open(os.path.join(pid_dir, f"rank{hvd.rank()}"), "w") as f:
-        f.write(f"{os.getpid()} {os.getppid()}")
-    for step in range(100_000):
-        hvd.allreduce(torch.ones(1000), name=f"step{step}")
-        time.sleep(0.01)
-
-
-def _wait_for_file(path, timeout=120.0):
-    deadline = time.monotonic() + timeout
-    while not os.path.exists(path):
-        assert time.monotonic() < deadline, f"{path} never appeared"
-        time.sleep(0.05)
-    time.sleep(0.1)  # written and closed
-    with open(path) as f:
-        return [int(x) for x in f.read().split()]
-
-
-def _run_and_kill(target_of, num_proc=2):
-    """Runs _train_until_killed, SIGKILLs the process target_of(pids of rank 1) once the ranks
-    train; returns (the RunError, seconds from the kill to the error)."""
+def _run_and_kill(target_of):
+    """A training on 2 ranks whose rank 1 gets SIGKILL at target_of(its pid, its parent's pid):
+    (the RunError, seconds from the kill to it)."""
     import hora.spark
 
-    with tempfile.TemporaryDirectory() as pid_dir:
-        killed_at = []
-
-        def killer():
-            pid, ppid = _wait_for_file(os.path.join(pid_dir, "rank1"))
-            os.kill(target_of(pid, ppid), signal.SIGKILL)
-            killed_at.append(time.monotonic())
-
-        thread = threading.Thread(target=killer, daemon=True)
-        thread.start()
-        with pytest.raises(RunError) as info:
-            hora.spark.run(_train_until_killed, args=(pid_dir,), num_proc=num_proc, stderr=io.StringIO())
-        elapsed = time.monotonic() - killed_at[0]
-        thread.join()
-        return info.value, elapsed
+    e, elapsed = runner_jobs.run_and_kill(
+        lambda fn, pid_dir: hora.spark.run(fn, args=(pid_dir,), num_proc=2, stderr=io.StringIO()), target_of)
+    assert isinstance(e, RunError), e
+    return e, elapsed
 
 
 def _executor_of(pid):
@@ -177,7 +140,7 @@ def test_too_few_slots_is_a_start_timeout(spark):
 def test_training_through_spark_matches_the_single_process_reference(spark):
     import hora.spark
 
-    runner_training.check(hora.spark.run(runner_training.train, num_proc=runner_training.RANKS))
+    runner_jobs.check(hora.spark.run(runner_jobs.train, num_proc=runner_jobs.RANKS))
 
 
 def _rank_and_kwargs(**kwargs):
