@@ -28,20 +28,25 @@ check() {  # check DESCRIPTION STATUS
   if [ "$2" = 0 ]; then echo "ok: $1"; else echo "FAILED: $1"; failures=$((failures + 1)); fi
 }
 
-# Every process left in a host's namespace (daemons and whatever they started), by pid.
+# Every process in the hosts' namespaces (daemons and whatever they started), by pid: SIGTERM,
+# then SIGKILL for what is still there after 3 s, until none is left (a dying daemon may still
+# start a process) or 15 s have passed.
+host_pids() {
+  local i
+  for i in $(seq 1 "${HOSTS_N:-0}"); do ip netns pids "${HOST_NS[$i]}" 2>/dev/null; done | tr '\n' ' '
+}
 stop_host_processes() {
-  local i pids
-  for i in $(seq 1 "${HOSTS_N:-0}"); do
-    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null | tr '\n' ' ')
+  local pids tries=0
+  pids=$(host_pids)
+  # shellcheck disable=SC2086
+  [ -n "${pids// /}" ] && kill $pids 2>/dev/null
+  while pids=$(host_pids) && [ -n "${pids// /}" ] && [ $tries -lt 75 ]; do
     # shellcheck disable=SC2086
-    [ -n "$pids" ] && kill $pids 2>/dev/null
+    [ $tries -ge 15 ] && kill -9 $pids 2>/dev/null
+    sleep 0.2
+    tries=$((tries + 1))
   done
-  sleep 2
-  for i in $(seq 1 "${HOSTS_N:-0}"); do
-    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null | tr '\n' ' ')
-    # shellcheck disable=SC2086
-    [ -n "$pids" ] && kill -9 $pids 2>/dev/null
-  done
+  wait 2>/dev/null  # reaps the daemons this script started in the background
 }
 
 hosts_up 3 || exit 1
@@ -72,7 +77,7 @@ check "hora.spark.run on a standalone cluster across hosts 2 and 3 ($((SECONDS -
 stop_and_check() {
   stop_host_processes
   local left
-  left=$(for i in 1 2 3; do ip netns pids "${HOST_NS[$i]}"; done | tr '\n' ' ')
+  left=$(for p in $(host_pids); do echo "$p:$(tr '\0' ' ' </proc/"$p"/cmdline 2>/dev/null | cut -c1-80)"; done)
   [ -z "$left" ]; check "nothing of $1 is left running on the hosts${left:+ (left: $left)}" $?
 }
 stop_and_check Spark
