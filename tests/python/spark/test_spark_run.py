@@ -164,6 +164,26 @@ def test_horovod_runner_with_negative_np_runs_on_the_driver():
         HorovodRunner(np=0)
 
 
+def test_the_fashion_mnist_example_trains_through_horovod_runner(spark, capsys, tmp_path):
+    import importlib.util
+
+    import cloudpickle
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "spark", "fashion_mnist_spark.py")
+    spec = importlib.util.spec_from_file_location("fashion_mnist_spark", path)
+    example = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = example  # cloudpickle pickles by value only what was imported
+    spec.loader.exec_module(example)
+    cloudpickle.register_pickle_by_value(example)
+    argv = ["--model", "cnn", "--epochs", "1", "--train-limit", "2000", "--no-progress",
+            "--checkpoint", str(tmp_path / "checkpoint.pt")]
+    assert example.run(2, argv, spark) == "done"
+    out = capsys.readouterr().out
+    assert re.search(r"^\[0\]<stdout>:RESULT accuracy=0\.\d+", out, re.M), out
+    assert (tmp_path / "checkpoint.pt").exists()  # rank 0 wrote it, through the shared file system
+
+
+
 def test_a_killed_executor_fails_the_run_within_seconds_naming_it(spark):
     # Last: the cluster replaces the executor, which takes a while.
     e, elapsed = _run_and_kill(lambda pid, ppid: _executor_of(pid))
