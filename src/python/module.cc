@@ -13,7 +13,6 @@
 #include <memory>
 #include <mutex>
 
-#include "engine/gaussian_process.h"
 #include "hora/communicator.h"
 #include "hora/elastic.h"
 #include "hora/engine.h"
@@ -241,24 +240,6 @@ void bindConstants(py::module_& m) {
 
 }  // namespace
 
-// The autotuner's Gaussian process, for the tests that check it against numpy
-// (tests/python/test_autotune_model.py): (means, variances, log marginal likelihood) at xs.
-void bindAutotuneModel(py::module_& m) {
-  m.def("_gp_predict",
-        [](std::vector<std::vector<double>> x, std::vector<double> y, const std::vector<std::vector<double>>& xs,
-           double length, double signal, double noise) {
-          hora::engine::GaussianProcess gp(std::move(x), std::move(y), {length, signal}, noise);
-          std::vector<double> means, variances;
-          for (const auto& p : xs) {
-            const auto pred = gp.predict(p);
-            means.push_back(pred.mean);
-            variances.push_back(pred.variance);
-          }
-          return py::make_tuple(means, variances, gp.logMarginalLikelihood());
-        },
-        py::arg("x"), py::arg("y"), py::arg("xs"), py::arg("length"), py::arg("signal"), py::arg("noise"));
-}
-
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hora's engine for Python frontends (tensors cross as data pointers)";
   bindErrors(m);
@@ -266,5 +247,4 @@ PYBIND11_MODULE(_core, m) {
   bindRequests(m);
   bindProcessSets(m);
   bindConstants(m);
-  bindAutotuneModel(m);
 }

@@ -15,7 +15,7 @@ from typing import Optional
 import ray
 
 from hora import _job_env
-from hora.ray import placement
+import hora.ray.placement as placement
 from hora.ray.worker import BaseHorovodWorker
 from hora.runner import _raise_root_cause
 
