@@ -32,9 +32,10 @@ def run_task(index, driver_address, secret, payload, start_timeout, executable):
         host = channel.socket.getsockname()[0]
         channel.send(("hello", index, host, socket.gethostname(), free_port(host), os.getpid()))
         channel.socket.settimeout(start_timeout)
-        kind, rank, rank_env = channel.recv()
-        if kind != "assign":
-            return
+        try:
+            _, rank, rank_env = channel.recv()  # ("assign", rank, environment)
+        except EOFError:
+            return  # the driver gave up (start_timeout, another task failed): nothing to run
         channel.socket.settimeout(None)
         _run_rank(channel, rank, rank_env, payload, executable)
     finally:
