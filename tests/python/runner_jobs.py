@@ -95,7 +95,8 @@ def train_until_killed(pid_dir):
 
 def run_and_kill(run, target_of=lambda pid, ppid: pid, timeout=120.0):
     """Calls ``run(train_until_killed, pid_dir)`` and SIGKILLs ``target_of(rank 1's pid, its
-    parent's pid)`` once the ranks train. Returns (what run raised, seconds from the kill to it)."""
+    parent's pid)`` once the ranks train. Returns (what run raised, seconds from the kill to
+    it); by then, or within seconds, no rank's process may be left."""
     import os
     import signal
     import tempfile
@@ -122,7 +123,37 @@ def run_and_kill(run, target_of=lambda pid, ppid: pid, timeout=120.0):
         try:
             run(train_until_killed, pid_dir)
         except Exception as e:
+            elapsed = time.monotonic() - killed_at[0] if killed_at else None
             thread.join()
             assert killed_at, f"the run failed before rank 1 was killed: {e}"
-            return e, time.monotonic() - killed_at[0]
+            _assert_gone(pid_dir)
+            return e, elapsed
         raise AssertionError("the run survived a killed rank")
+
+
+def _assert_gone(pid_dir, within=10.0):
+    """Every rank's process (pid_dir/rank<r>) has exited within `within` seconds."""
+    import os
+    import time
+
+    pids = []
+    for name in os.listdir(pid_dir):
+        if name.startswith("rank") and not name.endswith(".tmp"):
+            with open(os.path.join(pid_dir, name)) as f:
+                pids.append(int(f.read().split()[0]))
+    deadline = time.monotonic() + within
+    while True:
+        alive = [p for p in pids if _alive(p)]
+        if not alive:
+            return
+        assert time.monotonic() < deadline, f"rank processes {alive} still run {within} s after the run failed"
+        time.sleep(0.1)
+
+
+def _alive(pid):
+    """Whether pid is a process that has not exited (a zombie has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
