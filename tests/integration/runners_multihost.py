@@ -46,6 +46,45 @@ def check_kill(run, what):
     return str(e)
 
 
+def _namespaces():
+    """{host address: its network namespace}, from HOST_NAMESPACES ("addr=netns ...")."""
+    return dict(pair.split("=") for pair in os.environ["HOST_NAMESPACES"].split())
+
+
+def host_processes(host):
+    """Every process of namespace host `host` (its daemons, executors or nodes, and ranks): killing
+    them all is that host's death, as the other hosts see it."""
+    import subprocess
+
+    out = subprocess.run(["ip", "netns", "pids", _namespaces()[host]], capture_output=True, text=True, check=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def host_of(pid):
+    """The namespace host in whose network the process lives."""
+    mine = os.stat(f"/proc/{pid}/ns/net").st_ino
+    for host, ns in _namespaces().items():
+        if os.stat(f"/run/netns/{ns}").st_ino == mine:
+            return host
+    raise AssertionError(f"process {pid} is on no namespace host")
+
+
+def check_host_death(run, what):
+    """Rank 1's whole host dies (every process in its namespace) while the ranks train."""
+    dead = []
+
+    def everything_on_its_host(pid, ppid):
+        dead.append(host_of(pid))
+        return host_processes(dead[0])
+
+    e, elapsed = runner_jobs.run_and_kill(run, everything_on_its_host)
+    assert isinstance(e, RunError) and e.rank == 1 and elapsed < FAILURE_DEADLINE_S, (elapsed, str(e))
+    assert str(e).startswith("rank 1 on "), str(e)
+    assert dead[0] in str(e).splitlines()[0], (dead, str(e))
+    print(f"ok: {what}: every process of rank 1's host {dead[0]} killed -> RunError in {elapsed:.2f} s: "
+          f"{str(e).splitlines()[0]}")
+
+
 def spark_main(master, driver_host, hosts):
     from pyspark.sql import SparkSession
 
@@ -72,6 +111,8 @@ def spark_main(master, driver_host, hosts):
         message = check_kill(lambda fn, pid_dir: hora.spark.run(fn, args=(pid_dir,), num_proc=2,
                                                                  stderr=open(os.devnull, "w")), "hora.spark")
         assert any(f"rank 1 on host {h} was killed by SIGKILL" in message for h in hosts), message
+        check_host_death(lambda fn, pid_dir: hora.spark.run(fn, args=(pid_dir,), num_proc=2,
+                                                            stderr=open(os.devnull, "w")), "hora.spark")
     finally:
         spark.stop()
 
@@ -96,6 +137,8 @@ def ray_main(address, driver_host, hosts):
         print("ok: training through RayExecutor across hosts equals the one-process reference")
         message = check_kill(lambda fn, pid_dir: executor.run(fn, args=[pid_dir]), "hora.ray")
         assert any(f"rank 1 on node {h} lost its Ray actor" in message for h in hosts), message
+        executor.start()  # the failed run shut the executor down
+        check_host_death(lambda fn, pid_dir: executor.run(fn, args=[pid_dir]), "hora.ray")
         executor.shutdown()
     finally:
         ray.shutdown()

@@ -2,7 +2,8 @@
 # hora.spark and hora.ray on real clusters across namespace hosts (netns_hosts.sh): a Spark
 # standalone master on host 1 with a worker (one core) on each of hosts 2 and 3, then a Ray
 # head on host 1 (no CPUs) with a node on each of hosts 2 and 3. The driver runs on host 1
-# (runners_multihost.py); the ranks land on hosts 2 and 3 and talk over the hosts' link. Every
+# (runners_multihost.py); the ranks land on hosts 2 and 3 and talk over the hosts' link; a rank
+# is killed, then a whole host (every process in its namespace). Every
 # daemon binds its host's address and is stopped at the end, with everything else left in the
 # hosts' namespaces.
 #
@@ -52,6 +53,8 @@ stop_host_processes() {
 hosts_up 3 || exit 1
 trap 'stop_host_processes; hosts_down' EXIT
 h1=${HOST_IP[1]} h2=${HOST_IP[2]} h3=${HOST_IP[3]}
+# For the driver's host-death checks: which namespace each host is.
+export HOST_NAMESPACES="$h1=${HOST_NS[1]} $h2=${HOST_NS[2]} $h3=${HOST_NS[3]}"
 logs=$HOSTS_DIR/logs
 mkdir -p "$logs"
 

@@ -95,7 +95,7 @@ def train_until_killed(pid_dir):
 
 def run_and_kill(run, target_of=lambda pid, ppid: pid, timeout=120.0):
     """Calls ``run(train_until_killed, pid_dir)`` and SIGKILLs ``target_of(rank 1's pid, its
-    parent's pid)`` once the ranks train. Returns (what run raised, seconds from the kill to
+    parent's pid)`` (a pid, or a list of them) once the ranks train. Returns (what run raised, seconds from the kill to
     it); by then, or within seconds, no rank's process may be left."""
     import os
     import signal
@@ -115,7 +115,12 @@ def run_and_kill(run, target_of=lambda pid, ppid: pid, timeout=120.0):
                 time.sleep(0.05)
             with open(path) as f:
                 pid, ppid = (int(x) for x in f.read().split())
-            os.kill(target_of(pid, ppid), signal.SIGKILL)  # pids are the machine's, whatever the namespace
+            targets = target_of(pid, ppid)
+            for target in targets if isinstance(targets, list) else [targets]:
+                try:
+                    os.kill(target, signal.SIGKILL)  # pids are the machine's, whatever the namespace
+                except ProcessLookupError:
+                    pass  # one of a host's processes that ended meanwhile
             killed_at.append(time.monotonic())
 
         thread = threading.Thread(target=killer, daemon=True)
