@@ -7,6 +7,17 @@ and cross ranks are derived by hora from HORA_HOSTNAME, which is the host's addr
 share memory exactly when they run on one host."""
 
 import secrets
+import time
+
+# After a runner's first rank failed, how long the others get to report their own errors (they
+# fail within about a second through hora's own error propagation) before the run raises.
+FAILURE_GRACE_SECONDS = 3.0
+
+
+def grace_left(failed_at):
+    """Seconds a runner still waits for more reports, given the time.monotonic() of the first
+    failure (None: no failure yet, wait for as long as the job runs)."""
+    return None if failed_at is None else max(0.0, failed_at + FAILURE_GRACE_SECONDS - time.monotonic())
 
 
 def new_secret():

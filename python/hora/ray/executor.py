@@ -1,11 +1,12 @@
 """RayExecutor: a hora job whose ranks are Ray actors, with horovod.ray's API.
 
 start() places the actors (hora.ray.placement), one rank per bundle in order, asks rank 0's
-actor for a free port on its node and gives every actor its HORA_* environment (hora._job_env): rank 0 serves the store, the secret is made here and travels only
-through Ray's calls. run() calls the function on every actor and waits for whichever finishes
-first, so a rank that raises or whose actor dies ends the run at once with a RunError naming
-the rank and its node (and the traceback); the executor's actors are then killed, and another
-run needs a new start().
+actor for a free port on its node and gives every actor its HORA_* environment
+(hora._job_env): rank 0 serves the store; the secret is made here and travels only through
+Ray's calls. run() calls the function on every actor and waits for whichever finishes first,
+so a rank that raises or whose actor dies ends the run at once with a RunError naming the rank
+and its node (and the traceback); the executor's actors are then killed, and another run needs
+a new start().
 """
 
 import dataclasses
@@ -18,9 +19,6 @@ from hora import _job_env
 import hora.ray.placement as placement
 from hora.ray.worker import BaseHorovodWorker
 from hora.runner import _raise_root_cause
-
-# After the first rank fails, how long the others get to report their own errors.
-_FAILURE_GRACE_SECONDS = 3.0
 
 
 @dataclasses.dataclass
@@ -148,7 +146,7 @@ class RayExecutor:
         outcomes, exits, failed_at = {}, [], None
         pending = list(refs)
         while pending:
-            timeout = None if failed_at is None else max(0.0, failed_at + _FAILURE_GRACE_SECONDS - time.monotonic())
+            timeout = _job_env.grace_left(failed_at)
             ready, pending = ray.wait(pending, num_returns=1, timeout=timeout)
             if not ready:
                 break

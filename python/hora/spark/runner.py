@@ -32,9 +32,6 @@ from hora.spark.driver import DriverService
 
 log = logging.getLogger("hora.spark")
 _job_ids = itertools.count()
-# After the first rank fails, how long the others get to report their own errors (they fail
-# within about a second through hora's own error propagation) before the run raises.
-_FAILURE_GRACE_SECONDS = 3.0
 # How long a failed run waits for Spark to end its cancelled job (its tasks stop by themselves
 # once the driver's service closes; a job still waiting for slots ends at Spark's next retry).
 _CANCEL_WAIT_SECONDS = 2.0
@@ -193,7 +190,7 @@ class _Job:
         exited = set()
         failed_at = None
         while len(exited) < self.num_proc:
-            timeout = None if failed_at is None else max(0.0, failed_at + _FAILURE_GRACE_SECONDS - time.monotonic())
+            timeout = _job_env.grace_left(failed_at)
             try:
                 event = events.get(timeout=timeout)
             except queue.Empty:
