@@ -1,7 +1,7 @@
-"""The named notes of the C++ sources (a comment that starts `// Note [name]: ...`, the
-explanations other comments point at with `(Note [name])`): each is defined exactly once, and
-every reference, in the sources, the tests, the Python package or the docs, names a note that is
-defined."""
+"""The named notes of the sources (a line of a comment or docstring that starts `Note [name]:`,
+the explanations other comments point at with `(Note [name])`), C++ and Python alike: each is
+defined exactly once, and every reference, in the sources, the tests or the docs, names a note
+that is defined."""
 
 import collections
 import os
@@ -10,8 +10,8 @@ import re
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 FOLDERS = ("src", "launcher", "include", "python", "docs", "tests/cpp")
 NOTE = re.compile(r"Note \[([^\]]+)\]")
-DEFINITION = re.compile(r"^\s*// Note \[([^\]]+)\]:")
-DEFINED_IN = ("src", "launcher", "include")
+DEFINITION = re.compile(r"^\s*(?://|#)?\s*Note \[([^\]]+)\]:")
+DEFINED_IN = ("src", "launcher", "include", "python")
 
 
 def notes():
