@@ -85,6 +85,37 @@ def check_host_death(run, what):
           f"{str(e).splitlines()[0]}")
 
 
+def set_link(host, state):
+    """Brings namespace host `host`'s link (the bridge's end of its veth, in the test script's
+    network namespace, MACHINE_NETNS) up or down; HOST_LINKS: "addr=veth ..."."""
+    import subprocess
+
+    veth = dict(pair.split("=") for pair in os.environ["HOST_LINKS"].split())[host]
+    subprocess.run(["nsenter", f"--net={os.environ['MACHINE_NETNS']}", "ip", "link", "set", veth, state], check=True,
+                   timeout=30)
+
+
+def check_link_cut(run, what, timeout_s):
+    """Rank 1's host is cut off the network while the ranks train: its connections neither close
+    nor answer, so the ranks learn it from hora's deadline (HORA_TIMEOUT_SECONDS=timeout_s)."""
+    cut = []
+
+    def cut_its_link(pid, ppid):
+        cut.append(host_of(pid))
+        set_link(cut[0], "down")
+
+    try:
+        e, elapsed = runner_jobs.run_and_strike(run, cut_its_link)
+    finally:
+        if cut:
+            set_link(cut[0], "up")
+    first = str(e).splitlines()[0]
+    assert isinstance(e, RunError) and "rank 1" in first, str(e)
+    assert elapsed < timeout_s + FAILURE_DEADLINE_S, (elapsed, str(e))
+    print(f"ok: {what}: rank 1's host {cut[0]} cut off -> RunError in {elapsed:.2f} s "
+          f"(HORA_TIMEOUT_SECONDS={timeout_s}): {first}")
+
+
 def spark_main(master, driver_host, hosts):
     from pyspark.sql import SparkSession
 
@@ -111,6 +142,8 @@ def spark_main(master, driver_host, hosts):
         message = check_kill(lambda fn, pid_dir: hora.spark.run(fn, args=(pid_dir,), num_proc=2,
                                                                  stderr=open(os.devnull, "w")), "hora.spark")
         assert any(f"rank 1 on host {h} was killed by SIGKILL" in message for h in hosts), message
+        check_link_cut(lambda fn, pid_dir: hora.spark.run(fn, args=(pid_dir,), num_proc=2, stderr=open(os.devnull, "w"),
+                                                          env={"HORA_TIMEOUT_SECONDS": 5}), "hora.spark", 5)
         check_host_death(lambda fn, pid_dir: hora.spark.run(fn, args=(pid_dir,), num_proc=2,
                                                             stderr=open(os.devnull, "w")), "hora.spark")
     finally:

@@ -3,7 +3,8 @@
 # standalone master on host 1 with a worker (one core) on each of hosts 2 and 3, then a Ray
 # head on host 1 (no CPUs) with a node on each of hosts 2 and 3. The driver runs on host 1
 # (runners_multihost.py); the ranks land on hosts 2 and 3 and talk over the hosts' link; a rank
-# is killed, then a whole host (every process in its namespace). Every
+# is killed, a host's link cut (Spark), then a whole host killed (every process in its
+# namespace). Every
 # daemon binds its host's address and is stopped at the end, with everything else left in the
 # hosts' namespaces.
 #
@@ -55,6 +56,8 @@ trap 'stop_host_processes; hosts_down' EXIT
 h1=${HOST_IP[1]} h2=${HOST_IP[2]} h3=${HOST_IP[3]}
 # For the driver's host-death checks: which namespace each host is.
 export HOST_NAMESPACES="$h1=${HOST_NS[1]} $h2=${HOST_NS[2]} $h3=${HOST_NS[3]}"
+# ... and which link (the bridge's end of its veth) each has, for the link-cut check.
+export HOST_LINKS="$h1=hv${HOSTS_ID}h1 $h2=hv${HOSTS_ID}h2 $h3=hv${HOSTS_ID}h3" MACHINE_NETNS=/proc/$$/ns/net
 logs=$HOSTS_DIR/logs
 mkdir -p "$logs"
 

@@ -93,10 +93,27 @@ def train_until_killed(pid_dir):
         time.sleep(0.01)
 
 
-def run_and_kill(run, target_of=lambda pid, ppid: pid, timeout=120.0):
-    """Calls ``run(train_until_killed, pid_dir)`` and SIGKILLs ``target_of(rank 1's pid, its
-    parent's pid)`` (a pid, or a list of them) once the ranks train. Returns (what run raised, seconds from the kill to
-    it); by then, or within seconds, no rank's process may be left."""
+def run_and_kill(run, target_of=lambda pid, ppid: pid):
+    """run_and_strike, the strike being SIGKILL of ``target_of(rank 1's pid, its parent's pid)``
+    (a pid, or a list of them)."""
+    import os
+    import signal
+
+    def kill(pid, ppid):
+        targets = target_of(pid, ppid)
+        for target in targets if isinstance(targets, list) else [targets]:
+            try:
+                os.kill(target, signal.SIGKILL)  # pids are the machine's, whatever the namespace
+            except ProcessLookupError:
+                pass  # one of a host's processes that ended meanwhile
+
+    return run_and_strike(run, kill)
+
+
+def run_and_strike(run, strike, timeout=120.0):
+    """Calls ``run(train_until_killed, pid_dir)`` and ``strike(rank 1's pid, its parent's pid)``
+    once the ranks train. Returns (what run raised, seconds from the strike to it); by then, or
+    within seconds, no rank's process may be left."""
     import os
     import signal
     import tempfile
@@ -104,9 +121,9 @@ def run_and_kill(run, target_of=lambda pid, ppid: pid, timeout=120.0):
     import time
 
     with tempfile.TemporaryDirectory() as pid_dir:
-        killed_at = []
+        struck_at, failed = [], []
 
-        def killer():
+        def striker():
             path = os.path.join(pid_dir, "rank1")
             deadline = time.monotonic() + timeout
             while not os.path.exists(path):
@@ -115,25 +132,26 @@ def run_and_kill(run, target_of=lambda pid, ppid: pid, timeout=120.0):
                 time.sleep(0.05)
             with open(path) as f:
                 pid, ppid = (int(x) for x in f.read().split())
-            targets = target_of(pid, ppid)
-            for target in targets if isinstance(targets, list) else [targets]:
-                try:
-                    os.kill(target, signal.SIGKILL)  # pids are the machine's, whatever the namespace
-                except ProcessLookupError:
-                    pass  # one of a host's processes that ended meanwhile
-            killed_at.append(time.monotonic())
+            try:
+                strike(pid, ppid)
+            except BaseException as e:
+                failed.append(e)
+                os.kill(pid, signal.SIGKILL)  # the run must end all the same
+                raise
+            struck_at.append(time.monotonic())
 
-        thread = threading.Thread(target=killer, daemon=True)
+        thread = threading.Thread(target=striker, daemon=True)
         thread.start()
         try:
             run(train_until_killed, pid_dir)
         except Exception as e:
-            elapsed = time.monotonic() - killed_at[0] if killed_at else None
+            elapsed = time.monotonic() - struck_at[0] if struck_at else None
             thread.join()
-            assert killed_at, f"the run failed before rank 1 was killed: {e}"
+            assert not failed, f"the strike on rank 1 failed: {failed[0]!r}"
+            assert struck_at, f"the run failed before rank 1 was struck: {e}"
             _assert_gone(pid_dir)
             return e, elapsed
-        raise AssertionError("the run survived a killed rank")
+        raise AssertionError("the run survived the strike on rank 1")
 
 
 def _assert_gone(pid_dir, within=10.0):
