@@ -26,6 +26,8 @@ packages=(
   # the C++ frontend and its example: libtorch, zlib for the gzipped data set, the data set
   libtorch-dev zlib1g-dev dataset-fashion-mnist
   libopenmpi-dev openmpi-bin
+  # hora.spark: Spark's JVM
+  openjdk-17-jre-headless
 )
 missing=()
 for p in "${packages[@]}"; do
@@ -68,6 +70,9 @@ if [ ! -x .venv-tf2/bin/python ]; then
   /usr/bin/python3 -m venv .venv-tf2
 fi
 pip_pins .venv-tf2 tensorflow-cpu==2.21.0 pytest==9.2.0 cloudpickle==3.1.3
+# hora.spark and hora.ray: pyspark and ray, at versions checked in one process with Debian's numpy
+# 1.24 and torch 1.13 (pip leaves numpy alone: neither pins it).
+pip_pins .venv pyspark==4.0.1 ray==2.50.1
 
 build=${HORA_BUILD_DIR:-build/release}
 if [ ! -f "$build/CMakeCache.txt" ]; then

@@ -17,7 +17,20 @@ run() {  # run NAME COMMAND...: records a failure instead of stopping, so every 
 
 jobs=$(nproc)
 run "release tests" ctest --test-dir build/release --output-on-failure --no-tests=error -j "$jobs" --timeout 900
-run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python
+run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python \
+  --ignore=tests/python/spark --ignore=tests/python/ray
+# hora.spark and hora.ray on clusters the tests start and stop: a local-cluster Spark master (its
+# workers and executors are JVMs of their own), a Ray head; then both kinds of cluster across
+# namespace hosts (needs root: skipped otherwise). Every failure test has its own deadline; the
+# timeouts are a backstop. About 3 minutes together.
+run "spark and ray tests" timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/spark tests/python/ray
+skippable() {  # a test that exits 77 when the machine cannot run it
+  "$@"
+  local code=$?
+  if [ $code = 77 ]; then echo "(skipped)"; return 0; fi
+  return $code
+}
+run "spark and ray across namespace hosts" skippable timeout 600 tests/integration/spark_ray_multihost_test.sh
 # hora.torch on every rank of real jobs; a rank that falls out of step fails in 30 s, not hangs.
 for np in 2 3; do
   run "python tests under horarun -np $np" .venv/bin/horarun -np "$np" -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \

@@ -29,28 +29,38 @@ def _report(rank, outcome):
     sys.stdout.flush()
 
 
-def main():
-    rank = int(os.environ.get("HORA_RANK", "0"))
-    payload = os.environ.get("HORA_RUN_PAYLOAD")
-    if payload is None:
-        with open(os.environ["HORA_RUN_PAYLOAD_FILE"]) as f:
-            payload = f.read()
+def outcome_of(call):
+    """Calls ``call()`` and returns its outcome: ("ok", value), or ("error", type name, message,
+    traceback, pickled exception or None, time, whether it reports another rank's failure). A
+    rank that raised leaves the job, so that the others' pending collectives fail naming it."""
     try:
-        fn, args, kwargs = cloudpickle.loads(base64.b64decode(payload))
-        result = fn(*args, **kwargs)
+        return ("ok", call())
     except BaseException as e:  # SystemExit and KeyboardInterrupt too: the caller hears of them
         when = time.time()  # the caller leads with the root cause: the earliest non-consequence
         try:
             exc_bytes = cloudpickle.dumps(e)
         except Exception:
             exc_bytes = None
-        _report(rank, ("error", type(e).__name__, str(e), traceback.format_exc(), exc_bytes, when,
-                       _is_consequence(e)))
+        outcome = ("error", type(e).__name__, str(e), traceback.format_exc(), exc_bytes, when, _is_consequence(e))
         # The other ranks' pending collectives fail naming this rank and the exception.
         _departure.leave(f"is exiting: its hora.run function raised {type(e).__name__}: {e}")
-        return 1
-    _report(rank, ("ok", result))
-    return 0
+        return outcome
+
+
+def main():
+    rank = int(os.environ.get("HORA_RANK", "0"))
+    payload = os.environ.get("HORA_RUN_PAYLOAD")
+    if payload is None:
+        with open(os.environ["HORA_RUN_PAYLOAD_FILE"]) as f:
+            payload = f.read()
+
+    def call():
+        fn, args, kwargs = cloudpickle.loads(base64.b64decode(payload))
+        return fn(*args, **kwargs)
+
+    outcome = outcome_of(call)
+    _report(rank, outcome)
+    return 0 if outcome[0] == "ok" else 1
 
 
 if __name__ == "__main__":

@@ -149,12 +149,13 @@ def _forward_stderr(stream, first_exit):
             first_exit.append((int(match.group(1)), match.group(2)))
 
 
-def _raise_root_cause(outcomes, missing, first_exit, code):
+def _raise_root_cause(outcomes, missing, first_exit, code, stopped_by="horarun"):
     """Raises RunError leading with the root cause, then the other ranks' consequential errors.
 
     The root cause is the earliest error that is not hora's report of another rank leaving
     (PeerError, ShutdownError); failing that, the rank horarun saw leave first, even when it
-    reported nothing (killed, os._exit); failing that, the earliest error."""
+    reported nothing (killed, os._exit); failing that, the earliest error. hora.spark reports
+    its tasks' failures through here too (``stopped_by`` names who stopped the other ranks)."""
     errors = {r: o for r, o in outcomes.items() if o[0] == "error"}
     by_time = sorted(errors, key=lambda r: errors[r][5])
     roots = [r for r in by_time if not errors[r][6]]
@@ -171,7 +172,7 @@ def _raise_root_cause(outcomes, missing, first_exit, code):
         tb, exc_bytes = None, None
         head = f"rank {lead} {first_exit[1]} before returning a result (see its output above)"
     then = [f"  rank {r} raised {errors[r][1]}: {(errors[r][2].splitlines() or [''])[0]}" for r in by_time if r != lead]
-    then += [f"  rank {r} returned no result (stopped by horarun)" for r in missing if r != lead]
+    then += [f"  rank {r} returned no result (stopped by {stopped_by})" for r in missing if r != lead]
     message = head + ("\nThen, as a consequence:\n" + "\n".join(then) if then else "")
     cause = None
     if exc_bytes is not None:

@@ -116,6 +116,8 @@ RendezvousOptions rendezvousOptionsFrom(const Env& env, int size) {
   r.address = env.getString("HORA_RENDEZVOUS_ADDR");
   r.port = static_cast<int>(env.getInt("HORA_RENDEZVOUS_PORT", 1, 65535));
   r.secret = env.getString("HORA_SECRET");
+  // hora.spark and hora.ray have no horarun to serve the store: their rank 0 does.
+  r.serve_store = env.getBool("HORA_SERVE_STORE");
   return r;
 }
 

@@ -37,6 +37,10 @@ constexpr KnobSpec kKnobs[] = {
     {"HORA_SECRET", "", G::kLauncherSet, S::kRank, "",
      "Job secret that authenticates every store request and peer connection (HMAC-SHA256). "
      "Set by the launcher in the environment, never on a command line."},
+    {"HORA_SERVE_STORE", "", G::kLauncherSet, S::kRank, "0",
+     "1 = this process serves the rendezvous store itself, on HORA_RENDEZVOUS_ADDR:HORA_RENDEZVOUS_PORT "
+     "(an address of its own host), for the life of the process: set on rank 0 only, by runners that "
+     "start the ranks without horarun (hora.spark, hora.ray)."},
     {"HORA_ELASTIC", "HOROVOD_ELASTIC", G::kLauncherSet, S::kJob, "0",
      "1 = this worker belongs to an elastic job (horarun --min-np/--max-np/--host-discovery-script): "
      "its rank and size come from the driver at each generation (docs/elastic.md), not from HORA_RANK."},

@@ -165,6 +165,21 @@ TEST(Identity, FromEnvironment) {
   expectInvalid([] { common::rendezvousOptionsFrom(common::Env::fromMap({}), 2); }, "HORA_RENDEZVOUS_ADDR");
 }
 
+TEST(Identity, RankZeroOfARunnerServesTheStoreWhenTold) {
+  // hora.spark and hora.ray set HORA_SERVE_STORE=1 on rank 0 only; horarun never sets it.
+  const std::map<std::string, std::string> job{{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_SECRET", "s"},
+                                               {"HORA_RENDEZVOUS_ADDR", "10.1.2.3"}, {"HORA_RENDEZVOUS_PORT", "4321"}};
+  EXPECT_FALSE(common::rendezvousOptionsFrom(common::Env::fromMap(job), 2).serve_store);
+  auto serving = job;
+  serving["HORA_SERVE_STORE"] = "1";
+  const RendezvousOptions r = common::rendezvousOptionsFrom(common::Env::fromMap(serving), 2);
+  EXPECT_TRUE(r.serve_store);
+  EXPECT_EQ(r.address, "10.1.2.3");
+  EXPECT_EQ(r.port, 4321);
+  serving["HORA_SERVE_STORE"] = "maybe";
+  expectInvalid([&] { common::rendezvousOptionsFrom(common::Env::fromMap(serving), 2); }, "HORA_SERVE_STORE");
+}
+
 TEST(Identity, LocalAndCrossRanksAreDerivedFromHostnames) {
   // Uneven hosts: a, b, a, c, a (ranks 0..4).
   const std::vector<std::string> hosts{"a", "b", "a", "c", "a"};

@@ -91,6 +91,13 @@ print(hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum).numpy().tolist(), hora.
 hvd.shutdown()
 """, env | {"TF_CPP_MIN_LOG_LEVEL": "3"})
     assert out.strip() == "[1.0, 2.0] 1"
+def test_horovod_spark_and_ray_are_horas(compat):
+    _, env = compat
+    python("""
+import hora.spark, hora.ray, horovod.spark, horovod.ray
+assert horovod.spark.run is hora.spark.run
+assert horovod.ray.RayExecutor is hora.ray.RayExecutor and horovod.ray.BaseHorovodWorker is hora.ray.BaseHorovodWorker
+""", env)
 
 
 def test_one_state_under_both_names(compat):

@@ -2,7 +2,8 @@
 no module imports itself through others (a cycle works only as long as the imports happen in the
 right order, and breaks when someone moves one), and the layers of docs/architecture.md hold:
 hora.common knows no framework and no frontend; a frontend (hora.torch, ...) reaches hora's
-engine only through hora.common."""
+engine only through hora.common; the runners (hora.run, hora.spark, hora.ray) import no frontend
+and no framework."""
 
 import ast
 import os
@@ -14,6 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SOURCE_ROOTS = [os.path.join(ROOT, "python"), os.path.join(ROOT, "python", "horovod_compat")]
 FRONTENDS = ("hora.torch", "hora.tensorflow", "hora.keras")
 FRAMEWORKS = ("torch", "tensorflow", "keras")
+RUNNERS = ("hora.runner", "hora._run_worker", "hora.spark", "hora.ray")
 
 
 def module_files():
@@ -129,3 +131,7 @@ def test_layers(name, path):
                      and not in_package(m, ("hora.common", frontend))]
             assert wrong == [], f"{name} is part of {frontend}, which reaches hora through hora.common, " \
                                 f"but imports {wrong}"
+    if in_package(name, RUNNERS):
+        # The user's function imports the frontend it uses; a runner must work with any.
+        wrong = [m for m in imports if in_package(m, FRONTENDS + FRAMEWORKS)]
+        assert wrong == [], f"{name} runs functions of any frontend, but imports {wrong}"
