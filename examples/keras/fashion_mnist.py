@@ -279,8 +279,10 @@ score = model.evaluate(test_iter, steps=len(test_iter), verbose=verbose, **loade
 if verbose:
     print('Test loss:', score[0])
     print('Test accuracy:', score[1])
-    reached = stop_at_accuracy.time_to_target is not None
+    reached = score[1] > args.target_accuracy
+    time_to_target = stop_at_accuracy.time_to_target
     print(f"RESULT accuracy={score[1]:.4f} target={args.target_accuracy} reached={'yes' if reached else 'no'} "
-          f"time_to_target_s={stop_at_accuracy.time_to_target or 0:.1f} train_time_s={train_time:.1f} "
+          f"time_to_target_s={time_to_target if time_to_target is not None else float('nan'):.1f} "
+          f"train_time_s={train_time:.1f} "
           f"workers={hvd.size()} keras={tf.keras.__name__.split('.')[0]}-{KERAS_GENERATION} "
           f"checkpoint={args.checkpoint}", flush=True)
