@@ -42,6 +42,32 @@ if [ ! -x .venv/bin/python ]; then
   /usr/bin/python3 -m venv --system-site-packages .venv
 fi
 
+# pip_pins VENV NAME==VERSION...: pip-installs the pins VENV does not have yet (pip's cache keeps
+# the downloads for the next fresh venv).
+pip_pins() {
+  local venv=$1 missing=() pin
+  shift
+  for pin in "$@"; do
+    [ "$("$venv/bin/python" -c 'import sys, importlib.metadata as m; print(m.version(sys.argv[1]))' "${pin%%==*}" \
+        2>/dev/null)" = "${pin#*==}" ] || missing+=("$pin")
+  done
+  if ((${#missing[@]})); then
+    echo "setup: pip install ${missing[*]} into $venv"
+    "$venv/bin/pip" install -q "${missing[@]}" 2>&1 | { grep -v "dependency resolver\|incompatible" || true; }
+    test "${PIPESTATUS[0]}" = 0
+  fi
+}
+# TensorFlow in two generations (hora.tensorflow, its tests and the Keras examples). In .venv,
+# beside Debian's torch: 2.15, the last with Keras 2 built in, and the last built against
+# numpy 1 (Debian's 1.24, which torch 1.13 needs, stays: pip keeps it). In .venv-tf2, the
+# newest TensorFlow with its Keras 3 and its own numpy 2, without Debian's packages (their scipy
+# needs numpy 1); hora's op library built once serves both.
+pip_pins .venv tensorflow-cpu==2.15.1
+if [ ! -x .venv-tf2/bin/python ]; then
+  /usr/bin/python3 -m venv .venv-tf2
+fi
+pip_pins .venv-tf2 tensorflow-cpu==2.21.0 pytest==9.2.0 cloudpickle==3.1.3
+
 build=${HORA_BUILD_DIR:-build/release}
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_INSTALL_PREFIX="$root/.venv" >/dev/null
@@ -50,4 +76,6 @@ cmake --build "$build" -j "$(nproc)" 2>&1 | { grep -E "warning|error|Error" || t
 test "${PIPESTATUS[0]}" = 0
 cmake --install "$build" >/dev/null
 # The Python package (hora.run, ...), from Debian's setuptools: nothing comes from PyPI.
-HORA_CMAKE_BUILD_DIR="$build" .venv/bin/pip install --no-build-isolation --no-deps --no-index -q . >/dev/null
+for venv in .venv .venv-tf2; do
+  HORA_CMAKE_BUILD_DIR="$build" $venv/bin/pip install --no-build-isolation --no-deps --no-index -q . >/dev/null
+done

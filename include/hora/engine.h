@@ -149,8 +149,9 @@ class HORA_API Engine {
   // divides by the set's size, zeros included (as Horovod's does); other collectives fail while
   // a rank has joined. When
   // the last rank joins the handle completes on every rank and *last_rank holds that rank (in
-  // the process set's numbering). last_rank must stay valid until then.
-  Handle join(int32_t* last_rank, int process_set = 0);
+  // the process set's numbering). last_rank must stay valid until then. `done` (optional) runs on
+  // the engine thread at completion, as enqueue's.
+  Handle join(int32_t* last_rank, int process_set = 0, std::function<void(std::exception_ptr)> done = {});
   // Completes when every rank of the process set has called barrier().
   Handle barrier(int process_set = 0);
 

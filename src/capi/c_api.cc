@@ -7,6 +7,7 @@
 
 #include "hora/communicator.h"
 #include "hora/errors.h"
+#include "capi/status.h"
 
 struct hora_comm {
   std::unique_ptr<hora::Communicator> comm;
@@ -25,20 +26,6 @@ static_assert(hora::kNumDataTypes == HORA_BOOL + 1, "a data type is missing from
 
 thread_local std::string last_error;
 
-hora_status statusOf(hora::ErrorKind kind) {
-  switch (kind) {
-    case hora::ErrorKind::kInvalidArgument: return HORA_ERR_INVALID_ARGUMENT;
-    case hora::ErrorKind::kTimeout: return HORA_ERR_TIMEOUT;
-    case hora::ErrorKind::kPeer: return HORA_ERR_PEER;
-    case hora::ErrorKind::kMismatch: return HORA_ERR_MISMATCH;
-    case hora::ErrorKind::kAuthentication: return HORA_ERR_AUTHENTICATION;
-    case hora::ErrorKind::kShutdown: return HORA_ERR_SHUTDOWN;
-    case hora::ErrorKind::kInternal: return HORA_ERR_INTERNAL;
-    case hora::ErrorKind::kRemoved: return HORA_ERR_REMOVED;
-  }
-  return HORA_ERR_INTERNAL;
-}
-
 template <typename F>
 hora_status guarded(hora_comm* comm, F f) {
   last_error.clear();
@@ -51,7 +38,7 @@ hora_status guarded(hora_comm* comm, F f) {
     return HORA_OK;
   } catch (const hora::Error& e) {
     last_error = e.what();
-    return statusOf(e.kind());
+    return hora::capi::statusOf(e.kind());
   } catch (const std::exception& e) {
     last_error = e.what();
     return HORA_ERR_INTERNAL;
@@ -84,7 +71,7 @@ hora_status hora_comm_init(hora_comm** out) {
     holder->comm = hora::Communicator::fromEnvironment();
   } catch (const hora::Error& e) {
     last_error = e.what();
-    s = statusOf(e.kind());
+    s = hora::capi::statusOf(e.kind());
   } catch (const std::exception& e) {
     last_error = e.what();
     s = HORA_ERR_INTERNAL;

@@ -23,7 +23,7 @@ Handle Engine::enqueue(Request request, std::function<void(std::exception_ptr)> 
   return runtime->enqueue(std::move(request), std::move(done));
 }
 
-Handle Engine::join(int32_t* last_rank, int process_set) {
+Handle Engine::join(int32_t* last_rank, int process_set, std::function<void(std::exception_ptr)> done) {
   Request r;
   r.name = "hora.join";
   r.op = CollectiveKind::kJoin;
@@ -31,7 +31,7 @@ Handle Engine::join(int32_t* last_rank, int process_set) {
   r.shape = {0};
   r.output = last_rank;
   r.process_set = process_set;
-  return enqueue(std::move(r));
+  return enqueue(std::move(r), std::move(done));
 }
 
 Handle Engine::barrier(int process_set) {

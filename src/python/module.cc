@@ -9,11 +9,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cctype>
 #include <memory>
 #include <mutex>
 
+#include "capi/status.h"
 #include "engine/gaussian_process.h"
+#include "python/engine_access.h"
 #include "hora/communicator.h"
 #include "hora/elastic.h"
 #include "hora/engine.h"
@@ -23,11 +26,27 @@ namespace py = pybind11;
 
 namespace {
 
-std::mutex engine_mutex;
-std::unique_ptr<hora::Engine> engine;  // guarded by engine_mutex for init/shutdown
+std::mutex engine_mutex;  // serializes init and shutdown
+// The engine. Python reaches it under the GIL; op libraries (engine_access.h) from their own
+// threads without it, so they take a reference under engine_pointer_mutex, which shutdown's
+// reset also takes: an engine in use by such a thread is destroyed when that thread lets go.
+std::mutex engine_pointer_mutex;
+std::shared_ptr<hora::Engine> engine;
+
+std::shared_ptr<hora::Engine> currentEngine() {
+  std::lock_guard lock(engine_pointer_mutex);
+  return engine;
+}
+
+void setEngine(std::shared_ptr<hora::Engine> e) {
+  std::lock_guard lock(engine_pointer_mutex);
+  engine = std::move(e);
+}
+
+constexpr const char* kNotInitialized = "hora has not been initialized; call hvd.init()";
 
 hora::Engine& theEngine() {
-  if (!engine) throw hora::InvalidArgumentError("hora has not been initialized; call hora.torch.init()");
+  if (!engine) throw hora::InvalidArgumentError(kNotInitialized);
   return *engine;
 }
 
@@ -137,8 +156,8 @@ void bindLifetime(py::module_& m) {
     std::lock_guard lock(engine_mutex);
     if (engine) return;
     py::gil_scoped_release release;  // connecting to the peers takes a while
-    engine = std::make_unique<hora::Engine>(hora::Communicator::fromEnvironment(),
-                                            hora::EngineOptions::fromEnvironment());
+    setEngine(std::make_shared<hora::Engine>(hora::Communicator::fromEnvironment(),
+                                             hora::EngineOptions::fromEnvironment()));
   });
   m.def("set_compute_threads", &hora::Engine::setComputeThreads, py::arg("threads"),
         "How many threads of this process compute (torch.get_num_threads()): hora's waiting "
@@ -148,7 +167,7 @@ void bindLifetime(py::module_& m) {
     if (!engine) return;
     py::gil_scoped_release release;
     engine->shutdown(why);  // the other ranks' errors name this rank and `why` (Note [departures])
-    engine.reset();
+    setEngine(nullptr);
   }, py::arg("why") = "");
   m.def("is_initialized", [] { return engine != nullptr; });
   m.def("identity", [] {
@@ -205,6 +224,87 @@ void bindRequests(py::module_& m) {
   }, py::arg("process_set") = 0);
 }
 
+// --- the engine for op libraries (engine_access.h) ------------------------------------------
+
+void accessEnqueue(const hora_engine_request* in, void* context, hora_engine_allocate_fn allocate,
+                   hora_engine_done_fn done) {
+  std::function<void(std::exception_ptr)> finish = [context, done](std::exception_ptr e) {
+    if (!e) return done(context, HORA_OK, "");
+    try {
+      std::rethrow_exception(e);
+    } catch (const hora::Error& error) {
+      done(context, hora::capi::statusOf(error.kind()), error.what());
+    } catch (const std::exception& error) {
+      done(context, HORA_ERR_INTERNAL, error.what());
+    }
+  };
+  const std::shared_ptr<hora::Engine> e = currentEngine();
+  if (!e) return done(context, HORA_ERR_INVALID_ARGUMENT, kNotInitialized);
+  try {
+    hora::Request r;
+    r.name = in->name;
+    r.op = static_cast<hora::CollectiveKind>(in->op);
+    r.type = static_cast<hora::DataType>(in->dtype);
+    r.shape.assign(in->shape, in->shape + in->ndims);
+    r.input = in->input;
+    r.output = in->output;
+    r.reduce = {static_cast<hora::ReduceOp>(in->reduce_op), in->prescale, in->postscale};
+    r.root = in->root;
+    if (in->splits) r.splits.assign(in->splits, in->splits + in->nsplits);
+    r.process_set = in->process_set;
+    if (allocate) {
+      r.allocate_output = [context, allocate](const std::vector<int64_t>& shape) {
+        return allocate(context, shape.data(), static_cast<int>(shape.size()));
+      };
+    }
+    if (r.op == hora::CollectiveKind::kJoin)
+      e->join(static_cast<int32_t*>(in->output), in->process_set, std::move(finish));
+    else
+      e->enqueue(std::move(r), std::move(finish));
+  } catch (...) {  // the engine reports its refusals through `finish`; this is anything else
+    finish(std::current_exception());
+  }
+}
+
+int accessTopology(int what, int process_set) {
+  const std::shared_ptr<hora::Engine> e = currentEngine();
+  if (what == HORA_TOPOLOGY_INITIALIZED) return e != nullptr;
+  if (!e) return HORA_TOPOLOGY_ERROR_INIT;
+  const hora::Identity& id = e->identity();
+  switch (what) {
+    case HORA_TOPOLOGY_RANK: return id.rank;
+    case HORA_TOPOLOGY_SIZE: return id.size;
+    case HORA_TOPOLOGY_LOCAL_RANK: return id.local_rank;
+    case HORA_TOPOLOGY_LOCAL_SIZE: return id.local_size;
+    default: break;
+  }
+  std::vector<int> ranks;
+  try {
+    ranks = e->processSetRanks(process_set);
+  } catch (const hora::Error&) {
+    return HORA_TOPOLOGY_ERROR_UNKNOWN_SET;
+  }
+  if (what == HORA_TOPOLOGY_SET_SIZE) return static_cast<int>(ranks.size());
+  if (what == HORA_TOPOLOGY_SET_INCLUDED) return std::find(ranks.begin(), ranks.end(), id.rank) != ranks.end();
+  return HORA_TOPOLOGY_ERROR_UNKNOWN_SET;
+}
+
+int accessMemberIndex(int process_set, int rank) {
+  const std::shared_ptr<hora::Engine> e = currentEngine();
+  if (!e) return HORA_TOPOLOGY_ERROR_INIT;
+  std::vector<int> ranks;
+  try {
+    ranks = e->processSetRanks(process_set);
+  } catch (const hora::Error&) {
+    return HORA_TOPOLOGY_ERROR_UNKNOWN_SET;
+  }
+  const auto at = std::find(ranks.begin(), ranks.end(), rank);
+  return at == ranks.end() ? -1 : static_cast<int>(at - ranks.begin());
+}
+
+const hora_engine_access kEngineAccess = {HORA_ENGINE_ACCESS_VERSION, sizeof(hora_engine_access), &accessEnqueue,
+                                          &accessTopology, &accessMemberIndex};
+
 void bindProcessSets(py::module_& m) {
   m.def("add_process_set", [](std::vector<int> ranks) {
     py::gil_scoped_release release;
@@ -216,6 +316,8 @@ void bindProcessSets(py::module_& m) {
   });
   m.def("process_set_ranks", [](int id) { return theEngine().processSetRanks(id); });
   m.def("process_set_ids", [] { return theEngine().processSetIds(); });
+  m.def("engine_access", [] { return reinterpret_cast<uintptr_t>(&kEngineAccess); },
+        "The address of the engine's table for op libraries (src/python/engine_access.h)");
 }
 
 // The enums' values, so Python never hard-codes them: ALLREDUCE, ALLGATHER, ... (one per

@@ -1,0 +1,41 @@
+"""Helpers of horovod.tensorflow.util: whether TensorFlow runs eagerly, and functions made once
+and compiled with tf.function (so that the collectives of one call run concurrently and the
+engine fuses them)."""
+
+import tensorflow as tf
+from tensorflow.python.eager import context
+
+
+def _executing_eagerly():
+    """True when TensorFlow executes eagerly here (False while tf.function traces)."""
+    return context.executing_eagerly()
+
+
+def _make_subgraph(f):
+    return tf.function(f)
+
+
+def _cache(f):
+    """f(*args), computed once per (args, eager or not)."""
+    cache = {}
+
+    def wrapper(*args):
+        key = (args, _executing_eagerly())
+        if key not in cache:
+            cache[key] = f(*args)
+        return cache[key]
+
+    return wrapper
+
+
+def vars_to_refs(variables):
+    """Hashable references of (nested lists of) variables, for _cache's keys."""
+    if isinstance(variables, list):
+        return tuple(vars_to_refs(v) for v in variables)
+    return variables.ref()
+
+
+def refs_to_vars(refs):
+    if isinstance(refs, tuple):
+        return [refs_to_vars(r) for r in refs]
+    return refs.deref()
