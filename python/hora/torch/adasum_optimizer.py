@@ -13,42 +13,21 @@ import contextlib
 
 import torch
 
-from hora.torch.mpi_ops import Adasum, allreduce_async_, synchronize
+from hora.common.handles import synchronize
+from hora.common.ops import Adasum
+from hora.torch.allreduce_ops import allreduce_async_
+from hora.torch.hooked_optimizer import HookedOptimizer
 
 
-class _DistributedAdasumOptimizer(torch.optim.Optimizer):
+class _DistributedAdasumOptimizer(HookedOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1):
-        # Imported here: optimizer.py imports this module.
-        from hora.torch.optimizer import _checked_names
-
-        super(self.__class__, self).__init__(params)
-        self._compression = compression
-        self.backward_passes_per_step = backward_passes_per_step
-        all_params = [p for group in self.param_groups for p in group["params"]]
-        named = _checked_names(named_parameters, all_params)
-        self._parameter_names = {p: f"adasum.{name}" for name, p in named}
-        self._allreduce_delay = {p: backward_passes_per_step for _, p in named}
-        self._starts = {p: torch.zeros_like(p, requires_grad=False) for _, p in named}
-        self._handles = {}  # p -> (handle, compression ctx); handle None while passes remain
-        self._grad_accs = []
-        self._requires_update = set()
+        # self._handles: p -> (handle, compression ctx, compressed delta), None while passes remain
+        all_params = self._wrap_parameters(params, named_parameters, compression, backward_passes_per_step, "adasum")
+        self._starts = {p: torch.zeros_like(p, requires_grad=False) for p in self._parameter_names}
+        for p in all_params:
+            if p.requires_grad:
+                p.grad = torch.zeros_like(p)  # stepped in step() also when no gradient came
         self._register_hooks()
-
-    def set_backward_passes_per_step(self, passes):
-        self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
-
-    def _register_hooks(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if not p.requires_grad:
-                    continue
-                p.grad = torch.zeros_like(p)
-                self._requires_update.add(p)
-                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                accumulator.register_hook(self._make_hook(p))
-                self._grad_accs.append(accumulator)
 
     def _step_only(self, p):
         """The wrapped optimizer's step on p alone (its state for p is kept, the others untouched)."""
@@ -73,11 +52,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*_):
-            if p in self._handles and self._handles[p][0] is not None and self._allreduce_delay[p] <= 0:
-                raise AssertionError("Gradients were computed more than backward_passes_per_step times before call "
-                                     "to step(). Increase backward_passes_per_step to accumulate gradients locally.")
-            self._allreduce_delay[p] -= 1
-            self._handles[p] = self._reduce_delta_async(p) if self._allreduce_delay[p] == 0 else (None, None, None)
+            self._handles[p] = self._reduce_delta_async(p) if self._count_backward_pass(p) else None
         return hook
 
     def synchronize(self):
@@ -91,7 +66,7 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
         loss = closure() if closure is not None else None
         # In parameter order, alike on every rank: the engine matches the submissions by name.
         for p in self._starts:
-            if p in self._requires_update and (p not in self._handles or self._handles[p][0] is None):
+            if p in self._requires_update and self._handles.get(p) is None:
                 self._handles[p] = self._reduce_delta_async(p)
         for p, (handle, ctx, compressed) in self._handles.items():
             synchronize(handle)
@@ -102,9 +77,3 @@ class _DistributedAdasumOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] = self.backward_passes_per_step
         self._handles.clear()
         return loss
-
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before optimizer.step() "
-                                 "or optimizer.synchronize(). This is prohibited as it can cause a race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)

@@ -6,8 +6,11 @@ arguments.)"""
 import cloudpickle
 import torch
 
-from hora.torch.basics import global_process_set, rank
-from hora.torch.mpi_ops import _auto_name, allgather, broadcast_, broadcast_async_, synchronize
+from hora.common.basics import rank
+from hora.common.handles import synchronize
+from hora.common.process_sets import global_process_set
+from hora.common.requests import auto_name
+from hora.torch.gather_ops import allgather, broadcast_, broadcast_async_
 
 
 def broadcast_parameters(params, root_rank, *, process_set=global_process_set):
@@ -32,7 +35,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
     """`obj` as (global) rank root_rank holds it (pickled with cloudpickle), on every rank of the
     set. Other ranks may pass anything (e.g. None): unnamed calls are numbered, not named by the
     object's type as in Horovod, whose names differ when the ranks' objects do."""
-    name = _auto_name("broadcast_object", name, process_set)
+    name = auto_name("broadcast_object", name, process_set)
     is_root = rank() == root_rank
     if is_root:
         payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
@@ -50,7 +53,7 @@ def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set
 
 def allgather_object(obj, name=None, *, process_set=global_process_set):
     """The list of every rank's `obj`, in rank order."""
-    name = _auto_name("allgather_object", name, process_set)
+    name = auto_name("allgather_object", name, process_set)
     payload = torch.frombuffer(bytearray(cloudpickle.dumps(obj)), dtype=torch.uint8)
     lengths = allgather(torch.tensor([payload.numel()], dtype=torch.int64), name=f"allgather_object.{name}.length",
                         process_set=process_set)

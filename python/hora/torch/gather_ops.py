@@ -3,24 +3,26 @@ every rank receives whole (horovod.torch.mpi_ops's names; imported from there to
 
 Ranks in this module's arguments are GLOBAL ranks, as in Horovod: broadcast's root_rank is
 hvd.rank() of the root, also with a process set (the engine numbers a set's members 0..k-1,
-so the root is translated here)."""
+which hora.common.process_sets.root_index translates to)."""
 
 import torch
 
-from hora import _core
-from hora.torch.basics import global_process_set, rank
-from hora.torch.mpi_ops import (Average, _auto_name, _check, _engine_output, _enqueue, _Pending, _register,
-                                _register_group, allreduce, grouped_allreduce, synchronize)
+from hora.common.basics import rank
+from hora.common.handles import Pending, register, register_group, synchronize
+from hora.common.ops import Average
+from hora.common.process_sets import global_process_set, root_index
+from hora.common.requests import ALLGATHER, BROADCAST, auto_name
+from hora.torch.allreduce_ops import allreduce, grouped_allreduce
+from hora.torch.buffers import check, engine_output, enqueue, register_into
 
 # --- allgather -------------------------------------------------------------------------------
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    _check(tensor, "allgather")
+    check(tensor, "allgather")
     source = tensor.contiguous()
-    handle = _enqueue(source, None, _auto_name("allgather", name, process_set), _core.ALLGATHER,
-                      process_set=process_set)
-    return _register(_Pending([handle], (tensor, source), lambda: _engine_output(handle, tensor.dtype)))
+    handle = enqueue(source, None, auto_name("allgather", name, process_set), ALLGATHER, process_set=process_set)
+    return register(Pending([handle], (tensor, source), lambda: engine_output(handle, tensor.dtype)))
 
 
 def _my_rows_of_gathered(grad, rows, process_set):
@@ -53,9 +55,9 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    base = _auto_name("grouped_allgather", name, process_set)
-    return _register_group([allgather_async(t, name=f"{base}.{i}", process_set=process_set)
-                            for i, t in enumerate(tensors)])
+    base = auto_name("grouped_allgather", name, process_set)
+    return register_group([allgather_async(t, name=f"{base}.{i}", process_set=process_set)
+                           for i, t in enumerate(tensors)])
 
 
 class _GroupedAllgatherFunction(torch.autograd.Function):
@@ -104,30 +106,11 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 
 # --- broadcast -------------------------------------------------------------------------------
 
-def _set_rank_of_root(root_rank, process_set):
-    """The root's number inside the set, from its global rank (ValueError if not a member, as
-    Horovod's 'invalid root rank')."""
-    if process_set.process_set_id == 0:
-        return int(root_rank)
-    if root_rank not in process_set.ranks:
-        raise ValueError(f"broadcast: root rank {root_rank} is not a member of {process_set}")
-    return process_set.ranks.index(root_rank)
-
-
 def _broadcast_async(tensor, output, root_rank, name, process_set):
-    _check(tensor, "broadcast")
-    root = _set_rank_of_root(root_rank, process_set)
-    source = tensor if tensor.is_contiguous() else tensor.contiguous()
-    target = output if output.is_contiguous() else torch.empty_like(output, memory_format=torch.contiguous_format)
-    handle = _enqueue(source, target, _auto_name("broadcast", name, process_set), _core.BROADCAST, root=root,
-                      process_set=process_set)
-
-    def finish():
-        if target is not output:
-            output.copy_(target)
-        return output
-
-    return _register(_Pending([handle], (tensor, source, output, target), finish))
+    check(tensor, "broadcast")
+    root = root_index(root_rank, process_set)
+    return register_into(tensor, output, auto_name("broadcast", name, process_set), BROADCAST, root=root,
+                         process_set=process_set)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):

@@ -12,11 +12,16 @@ import warnings
 
 import torch
 
-from hora import _core
-from hora.torch.compression import Compression
-from hora.torch.basics import global_process_set, note_compute_threads, size
+from hora.common.basics import size
+from hora.common.elastic import is_elastic_job
+from hora.common.ops import Adasum, Average, check_adasum
+from hora.common.process_sets import global_process_set
 from hora.torch.adasum_optimizer import _DistributedAdasumOptimizer
-from hora.torch.mpi_ops import Adasum, Average, _check_adasum, _gradient_allreduce_async_, sparse_allreduce_async
+from hora.torch.allreduce_ops import _gradient_allreduce_async_
+from hora.torch.basics import note_compute_threads
+from hora.torch.compression import Compression
+from hora.torch.gather_ops import sparse_allreduce_async
+from hora.torch.hooked_optimizer import HookedOptimizer, wrap
 
 
 class _DenseReduction:
@@ -38,29 +43,22 @@ class _SparseReduction:
         self.wait = wait
 
 
-class _DistributedOptimizer(torch.optim.Optimizer):
+class _DistributedOptimizer(HookedOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False, process_set=global_process_set):
-        super(self.__class__, self).__init__(params)
-        self._compression = compression
+        # self._handles: p -> _DenseReduction / _SparseReduction, or None while its group waits
+        all_params = self._wrap_parameters(params, named_parameters, compression, backward_passes_per_step,
+                                           "allreduce")
         self.op = op
         self.gradient_predivide_factor = gradient_predivide_factor
         self.sparse_as_dense = sparse_as_dense
         self.process_set = process_set
-        self.backward_passes_per_step = backward_passes_per_step
-
-        all_params = [p for group in self.param_groups for p in group["params"]]
-        self._parameter_names = {p: f"allreduce.{name}" for name, p in _checked_names(named_parameters, all_params)}
         self._setup_groups(groups, all_params)
-        self._handles = {}  # p -> _DenseReduction / _SparseReduction, or None while its group waits
-        self._grad_accs = []
-        self._requires_update = set()
-        self._allreduce_delay = {p: backward_passes_per_step for p in all_params}
         self._synchronized = False
         self._should_synchronize = True
         # As Horovod: a rank outside the process set trains on its own gradients. An elastic job
         # of one rank may grow: its hooks must be there when it does.
-        if process_set.included() and (size() > 1 or _core.is_elastic()):
+        if process_set.included() and (size() > 1 or is_elastic_job()):
             self._register_hooks()
 
     def _setup_groups(self, groups, all_params):
@@ -101,22 +99,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             self._allreduce_delay[p] = self.backward_passes_per_step
         super(self.__class__, self).load_state_dict(*args, **kwargs)
 
-    def set_backward_passes_per_step(self, passes):
-        self.backward_passes_per_step = passes
-        for p in self._allreduce_delay:
-            self._allreduce_delay[p] = passes
-
-    def _register_hooks(self):
-        for group in self.param_groups:
-            for p in group["params"]:
-                if not p.requires_grad:
-                    continue
-                self._requires_update.add(p)
-                # The gradient accumulator of p: its hook runs once p.grad holds this pass's sum.
-                accumulator = p.expand_as(p).grad_fn.next_functions[0][0]
-                accumulator.register_hook(self._make_hook(p))
-                self._grad_accs.append(accumulator)
-
     def _allreduce_grad_async(self, p):
         if p.grad is None:
             # Not computed on this rank (a branch not taken); another rank may have it.
@@ -138,15 +120,9 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
     def _make_hook(self, p):
         def hook(*ignore):
-            if self._handles.get(p) is not None and self._allreduce_delay[p] <= 0:
-                raise AssertionError(
-                    "Gradients were computed more than backward_passes_per_step times before call to step(). "
-                    "Increase backward_passes_per_step to accumulate gradients locally.")
             assert not p.grad.requires_grad
-            assert self._allreduce_delay[p] > 0
-            self._allreduce_delay[p] -= 1
             reduction = None
-            if self._allreduce_delay[p] == 0:
+            if self._count_backward_pass(p):
                 if p in self._group_of:
                     self._group_ready_then_reduce(p)
                     return
@@ -211,34 +187,6 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._synchronized = False
         return super(self.__class__, self).step(closure)
 
-    def zero_grad(self, *args, **kwargs):
-        if self._handles:
-            raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
-                                 "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
-                                 "cause a race condition.")
-        return super(self.__class__, self).zero_grad(*args, **kwargs)
-
-
-def _checked_names(named_parameters, all_params):
-    """(name, parameter) pairs for every parameter, with Horovod's checks and messages."""
-    if named_parameters is not None:
-        named_parameters = list(named_parameters)
-    else:
-        named_parameters = [(f"allreduce.noname.{i}", p) for i, p in enumerate(all_params)]
-    if any(not isinstance(p, tuple) for p in named_parameters):
-        raise ValueError("named_parameters should be a sequence of tuples (name, parameter), usually "
-                         "produced by model.named_parameters().")
-    names = [name for name, _ in named_parameters]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
-        raise ValueError(f"Parameter names in named_parameters must be unique. Found duplicates: {', '.join(duplicates)}")
-    named_ids = {id(p) for _, p in named_parameters}
-    unnamed = [id(p) for p in all_params if id(p) not in named_ids]
-    if unnamed:
-        raise ValueError("named_parameters was specified, but one or more model parameters were not named. "
-                         f"Python object ids: {', '.join(str(i) for i in unnamed)}")
-    return named_parameters
-
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
@@ -260,9 +208,7 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=Compressi
         # one rank the plain optimizer runs.
         if process_set.process_set_id not in (None, 0):
             raise NotImplementedError("Adasum does not support non-global process sets yet.")
-        _check_adasum("DistributedOptimizer", process_set)
-        cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedAdasumOptimizer.__dict__))
-        return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step)
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), dict(_DistributedOptimizer.__dict__))
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense, process_set)
+        check_adasum("DistributedOptimizer", process_set)
+        return wrap(optimizer, _DistributedAdasumOptimizer, named_parameters, compression, backward_passes_per_step)
+    return wrap(optimizer, _DistributedOptimizer, named_parameters, compression, backward_passes_per_step, op,
+                gradient_predivide_factor, groups, sparse_as_dense, process_set)

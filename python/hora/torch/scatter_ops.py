@@ -8,65 +8,51 @@ negotiation, on every rank."""
 
 import torch
 
-from hora import _core
-from hora.torch.basics import global_process_set
+from hora.common.exceptions import HoraInternalError
+from hora.common.handles import Pending, register, register_group, synchronize
+from hora.common.ops import Adasum, Average, Sum, resolve_reducescatter_op  # noqa: F401  (Adasum: as it was)
+from hora.common.process_sets import global_process_set, require_registered
+from hora.common.requests import ALLTOALL, REDUCESCATTER, alltoall_counts, auto_name
+from hora.torch.buffers import check, engine_output, enqueue
 from hora.torch.compression import Compression
 from hora.torch.gather_ops import allgather, grouped_allgather
-from hora.torch.mpi_ops import (Adasum, Average, HoraInternalError, Sum, _auto_name, _check, _check_registered,
-                                _engine_output, _enqueue, _Pending, _register, _register_group, _resolve_op,
-                                synchronize)
 
 # --- alltoall --------------------------------------------------------------------------------
 
 
 def _rows_to_send(tensor, splits, members):
-    """Rows of dimension 0 for each member of the set, checked as Horovod checks them: splits
-    is None (an even split, which must be exact), or one int32 count per member summing to at
-    most the first dimension (rows beyond the sum are not sent)."""
+    """Rows of dimension 0 for each member of the set (requests.alltoall_counts), with the
+    checks of a tensor of splits, as Horovod's."""
     if tensor.dim() == 0:
         raise ValueError("alltoall: a tensor with at least one dimension is required")
-    rows = tensor.shape[0]
-    if splits is None:
-        if rows % members:
-            raise ValueError(f"alltoall: splits not given, but the first dimension ({rows}) is not a multiple of "
-                             f"the number of ranks ({members})")
-        return [rows // members] * members
     if torch.is_tensor(splits):
         if splits.dim() > 1:
             raise ValueError("alltoall: splits must be a 1-D tensor")
         if splits.dtype != torch.int32:
             raise ValueError(f"alltoall: splits must hold 32-bit integers (torch.int32), not {splits.dtype}")
-        counts = [int(s) for s in splits.tolist()]
-    else:
-        counts = [int(s) for s in splits]
-    if len(counts) != members:
-        raise ValueError(f"alltoall: splits has {len(counts)} entries for {members} ranks")
-    if any(c < 0 for c in counts):
-        raise ValueError(f"alltoall: splits must not be negative: {counts}")
-    if sum(counts) > rows:
-        raise ValueError(f"alltoall: the splits sum to {sum(counts)}, more than the first dimension ({rows})")
-    return counts
+        splits = splits.tolist()
+    return alltoall_counts(tensor.shape[0], splits, members)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Starts an alltoall; synchronize() returns (output, received_splits) as in Horovod, where
     received_splits[s] is how many rows came from member s (an int32 tensor)."""
-    _check(tensor, "alltoall")
-    _check_registered(process_set)
+    check(tensor, "alltoall")
+    require_registered(process_set)
     counts = _rows_to_send(tensor, splits, process_set.size())
     sent = tensor.narrow(0, 0, sum(counts)).contiguous()
-    name = _auto_name("alltoall", name, process_set)
-    data = _enqueue(sent, None, name, _core.ALLTOALL, splits=counts, process_set=process_set)
+    name = auto_name("alltoall", name, process_set)
+    data = enqueue(sent, None, name, ALLTOALL, splits=counts, process_set=process_set)
     # The engine returns only the data; each member's count for this rank comes from a second,
     # tiny alltoall negotiated in the same cycle.
     mine = torch.tensor(counts, dtype=torch.int32)
-    received = _enqueue(mine, None, f"{name}.received_splits", _core.ALLTOALL, splits=[1] * len(counts),
-                        process_set=process_set)
+    received = enqueue(mine, None, f"{name}.received_splits", ALLTOALL, splits=[1] * len(counts),
+                       process_set=process_set)
 
     def finish():
-        return _engine_output(data, tensor.dtype), _engine_output(received, torch.int32).clone()
+        return engine_output(data, tensor.dtype), engine_output(received, torch.int32).clone()
 
-    return _register(_Pending([data, received], (tensor, sent, mine), finish))
+    return register(Pending([data, received], (tensor, sent, mine), finish))
 
 
 class _AlltoallFunction(torch.autograd.Function):
@@ -99,20 +85,11 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # --- reducescatter ---------------------------------------------------------------------------
 
-def _reducescatter_op(op):
-    """Horovod refuses an op its reducescatter cannot do with HorovodInternalError at the call
-    (Adasum here); hora's engine also does Min, Max and Product."""
-    if op == Adasum:
-        raise HoraInternalError("reducescatter: Adasum is an allreduce only "
-                                "(reducescatter supports Average, Sum, Min, Max and Product)")
-    return _resolve_op(op, None, "reducescatter")
-
-
 def _reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor):
-    _check(tensor, "reducescatter")
+    check(tensor, "reducescatter")
     source = tensor.contiguous()
-    handle = _enqueue(source, None, name, _core.REDUCESCATTER, reduce_op=op, prescale=prescale_factor,
-                      postscale=postscale_factor, process_set=process_set)
+    handle = enqueue(source, None, name, REDUCESCATTER, reduce_op=op, prescale=prescale_factor,
+                     postscale=postscale_factor, process_set=process_set)
 
     def finish():
         if tensor.dim() == 0:
@@ -120,15 +97,15 @@ def _reducescatter_async(tensor, name, op, process_set, prescale_factor, postsca
             # has run it (so that every rank reaches this point) and each rank refuses it.
             raise HoraInternalError(f"reducescatter of tensor '{name}': a rank-zero (scalar) tensor cannot be "
                                     "scattered; give it at least one dimension")
-        return _engine_output(handle, tensor.dtype)
+        return engine_output(handle, tensor.dtype)
 
-    return _register(_Pending([handle], (tensor, source), finish))
+    return register(Pending([handle], (tensor, source), finish))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
-    op = _reducescatter_op(op)
-    return _reducescatter_async(tensor, _auto_name("reducescatter", name, process_set), op, process_set,
+    op = resolve_reducescatter_op(op)
+    return _reducescatter_async(tensor, auto_name("reducescatter", name, process_set), op, process_set,
                                 prescale_factor, postscale_factor)
 
 
@@ -171,10 +148,10 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average, p
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    op = _reducescatter_op(op)
-    base = _auto_name("grouped_reducescatter", name, process_set)
-    return _register_group([_reducescatter_async(t, f"{base}.{i}", op, process_set, prescale_factor,
-                                                 postscale_factor) for i, t in enumerate(tensors)])
+    op = resolve_reducescatter_op(op)
+    base = auto_name("grouped_reducescatter", name, process_set)
+    return register_group([_reducescatter_async(t, f"{base}.{i}", op, process_set, prescale_factor,
+                                                postscale_factor) for i, t in enumerate(tensors)])
 
 
 class _GroupedReducescatterFunction(torch.autograd.Function):

@@ -2,8 +2,10 @@
 
 import torch
 
-from hora.torch.basics import global_process_set, size
-from hora.torch.mpi_ops import Sum, allreduce
+from hora.common.basics import size
+from hora.common.ops import Sum
+from hora.common.process_sets import global_process_set
+from hora.torch.allreduce_ops import allreduce
 
 
 class SyncBatchNorm(torch.nn.modules.batchnorm._BatchNorm):

@@ -7,8 +7,9 @@ import tempfile
 
 import torch
 
-from hora.torch.basics import rank, size
-from hora.torch.mpi_ops import Average, allreduce
+from hora.common.basics import rank, size
+from hora.common.ops import Average
+from hora.torch.allreduce_ops import allreduce
 
 
 def average_metrics(metrics, name="metrics"):

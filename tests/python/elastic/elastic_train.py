@@ -15,6 +15,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import hora.torch as hvd
+from hora.common.identity import identity
 
 p = argparse.ArgumentParser()
 p.add_argument("--log", required=True)
@@ -56,7 +57,7 @@ def train(state):
                 state.seen.extend((state.epoch, int(v)) for v in trained)
             state.sampler.record_batch(i, args.batch)
             state.step += 1
-            ident = hvd.basics._identity()
+            ident = identity()
             print(f"step {time.time():.3f} gen={ident['generation']} rank={hvd.rank()} size={hvd.size()} "
                   f"pid={os.getpid()} step={state.step}", flush=True)
             if state.step % args.commit_every == 0:

@@ -5,7 +5,7 @@ import random
 
 import torch.utils.data
 
-from hora.torch.basics import rank, size
+from hora.common.basics import rank, size
 
 
 class ElasticSampler(torch.utils.data.Sampler):

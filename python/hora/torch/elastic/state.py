@@ -1,99 +1,32 @@
-"""What an elastic job keeps across resets (Horovod's State, ObjectState, TorchState).
-
-commit() saves the state in memory and checks for host changes; restore() goes back to the last
-commit; sync() gives every rank rank 0's state. Rank 0 of every generation is a member of the
-previous one (the driver keeps their order), so it holds the last commit.
-"""
+"""What a PyTorch elastic job keeps across resets (Horovod's State, ObjectState, TorchState):
+hora.common.elastic's State and ObjectState with torch's broadcast_object and rank as their
+defaults, and TorchState for models, optimizers and ElasticSamplers."""
 
 import copy
 
 import torch
 
-from hora import _core
+from hora.common import elastic
+from hora.common.basics import rank
+from hora.common.exceptions import HostsUpdatedInterrupt  # noqa: F401  (importable from here, as it was)
 from hora.torch.elastic.sampler import ElasticSampler
 from hora.torch.functions import broadcast_object, broadcast_optimizer_state, broadcast_parameters
-from hora.torch.basics import rank
 
 
-class HostsUpdatedInterrupt(RuntimeError):
-    """Raised by commit() / check_host_updates() on every rank at the same step when the driver
-    announced that hosts were added or removed. skip_sync: only hosts were removed, so the
-    remaining ranks already agree and need no broadcast."""
-
-    def __init__(self, skip_sync=False):
-        super().__init__("the job's hosts changed")
-        self.skip_sync = skip_sync
-
-
-class State:
-    """The base of elastic state: commit / restore / sync, host-change checks and reset callbacks."""
+class State(elastic.State):
+    """The base of elastic state (hora.common.elastic.State), broadcasting with torch."""
 
     def __init__(self, bcast_object=broadcast_object, get_rank=rank):
-        self._bcast_object = bcast_object
-        self._rank = get_rank
-        self._last_host_update = 0
-        self._reset_callbacks = []
-
-    def register_reset_callbacks(self, callbacks):
-        """Functions called after every reset (e.g. to rescale the learning rate to the new size)."""
-        self._reset_callbacks.extend(callbacks)
-
-    def on_reset(self):
-        self.reset()
-        for callback in self._reset_callbacks:
-            callback()
-
-    def commit(self):
-        """Saves the state in memory, then raises HostsUpdatedInterrupt if hosts changed. A commit
-        copies the whole state: commit every few steps, trading the work redone after a failure
-        against the copy's cost."""
-        self.save()
-        self.check_host_updates()
-
-    def check_host_updates(self):
-        """Raises HostsUpdatedInterrupt on every rank at once when the driver announced a change
-        since the last check (rank 0 asks the driver and tells the others)."""
-        counter, kind = _core.elastic_host_updates() if self._rank() == 0 else (0, "")
-        previous, counter, kind = self._bcast_object((self._last_host_update, counter, kind))
-        self._last_host_update = max(previous, counter)
-        if counter > previous:
-            raise HostsUpdatedInterrupt(skip_sync=kind == "removed")
-
-    def save(self):
-        raise NotImplementedError()
-
-    def restore(self):
-        raise NotImplementedError()
-
-    def sync(self):
-        raise NotImplementedError()
-
-    def reset(self):
-        """Called after a reset, before sync: for subclasses."""
-
-
-class ObjectState(State):
-    """State of plain Python objects, given as keyword arguments and kept as attributes."""
-
-    def __init__(self, bcast_object=broadcast_object, get_rank=rank, **kwargs):
-        self._saved_state = kwargs
-        self._set_attrs()
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)
 
-    def save(self):
-        self._saved_state = {attr: copy.deepcopy(getattr(self, attr)) for attr in self._saved_state}
 
-    def restore(self):
-        self._set_attrs()
+class ObjectState(elastic.ObjectState, State):
+    """State of plain Python objects, given as keyword arguments and kept as attributes
+    (hora.common.elastic.ObjectState). Also derived from this module's State, so that
+    isinstance(state, hvd.elastic.State) holds for it and for TorchState, as before."""
 
-    def sync(self):
-        if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state)
-            self._set_attrs()
-
-    def _set_attrs(self):
-        for attr, value in self._saved_state.items():
-            setattr(self, attr, copy.deepcopy(value))
+    def __init__(self, bcast_object=broadcast_object, get_rank=rank, **kwargs):
+        super().__init__(bcast_object=bcast_object, get_rank=get_rank, **kwargs)
 
 
 class _Handler:

@@ -1,6 +1,5 @@
 """Horovod's exception names for hora's errors: HorovodInternalError is hora's
 HoraInternalError, the base of every collective failure (a dead peer, a timeout, a mismatch,
-a shut-down engine); HostsUpdatedInterrupt is hora.torch.elastic's."""
+a shut-down engine); HostsUpdatedInterrupt is elastic training's (hora.common.exceptions)."""
 
-from hora.torch import HorovodInternalError  # noqa: F401
-from hora.torch.elastic import HostsUpdatedInterrupt  # noqa: F401
+from hora.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401

@@ -1,0 +1,109 @@
+"""Process sets: sub-groups of ranks with their own negotiation (Horovod's
+horovod.common.process_sets). As in Horovod, collectives take GLOBAL ranks (a broadcast's root
+is the root's rank()); the engine numbers a set's members 0..k-1, which root_index()
+translates to."""
+
+import numbers
+
+from hora import _core
+from hora.common.identity import identity
+
+
+class ProcessSet:
+    """A sub-group of ranks (Horovod's hvd.ProcessSet); rank() is this process's position within
+    the set, e.g. to find its block of an allgather."""
+
+    mpi_comm = None  # Horovod's sets built from an MPI communicator; hora has none
+
+    def __init__(self, ranks):
+        if isinstance(ranks, (str, bytes)) or not hasattr(ranks, "__iter__"):
+            raise ValueError("ProcessSet takes a list of ranks (hora has no MPI communicators)")
+        ranks = list(ranks)
+        if any(not isinstance(r, numbers.Integral) or isinstance(r, bool) for r in ranks):
+            raise ValueError(f"ProcessSet takes a list of integer ranks, got {ranks}")
+        self.ranks = sorted(int(r) for r in ranks)
+        self.process_set_id = None
+
+    def size(self):
+        """The number of ranks in the set, or None while it is not registered."""
+        if self.process_set_id is None:
+            return None
+        return len(self.ranks)
+
+    def rank(self):
+        """This process's rank within the set, or None while it is not registered; ValueError
+        on a rank that is not a member (Horovod's behaviour)."""
+        if self.process_set_id is None:
+            return None
+        me = identity()["rank"]
+        if me not in self.ranks:
+            raise ValueError(f"rank {me} is not part of {self}")
+        return self.ranks.index(me)
+
+    def included(self):
+        """Whether this process is a member (None when the set has no ranks, as Horovod)."""
+        if self.ranks is None:
+            return None
+        return identity()["rank"] in self.ranks
+
+    def __repr__(self):
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm=None)"
+
+
+# Every rank; its ranks are filled in by init (the job's size is known only then).
+global_process_set = ProcessSet([])
+global_process_set.process_set_id = 0
+
+
+def add_process_set(process_set):
+    """Registers a process set (a ProcessSet or a list of ranks) and returns it with its
+    process_set_id; every rank calls it with the same ranks, in the same order. ValueError for
+    a set whose ranks another registered set has already (including the global set)."""
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    for existing in _core.process_set_ids():
+        if _core.process_set_ranks(existing) == ps.ranks:
+            raise ValueError(f"attempted to add a duplicate process set: {ps} has the ranks of process set {existing}")
+    ps.process_set_id = _core.add_process_set(ps.ranks)
+    return ps
+
+
+def remove_process_set(process_set):
+    """Unregisters a set (every rank calls it); True when it was removed, False for the global
+    set or a set that is not registered, as Horovod."""
+    if process_set.process_set_id in (None, 0) or process_set.process_set_id not in _core.process_set_ids():
+        return False
+    _core.remove_process_set(process_set.process_set_id)
+    process_set.process_set_id = None
+    return True
+
+
+def register_at_init(process_sets, size):
+    """What init does with its process_sets argument, after the engine has started with `size`
+    ranks: ProcessSet objects to register now, on every rank alike, or "dynamic" (Horovod's
+    switch for adding sets later, which hora always allows)."""
+    global_process_set.ranks = list(range(size))
+    if isinstance(process_sets, str):
+        if process_sets.lower() != "dynamic":
+            raise ValueError(f"process_sets must be a list of ProcessSet or 'dynamic', not {process_sets!r}")
+        process_sets = []
+    for i, ps in enumerate(process_sets or []):
+        try:
+            add_process_set(ps)
+        except ValueError as e:
+            raise ValueError(f"process_sets entry number {i} cannot be registered: {e}") from e
+
+
+def require_registered(process_set):
+    """ValueError for a set the engine does not know (never added, or removed)."""
+    if process_set.process_set_id is None:
+        raise ValueError(f"{process_set} is not registered (hvd.add_process_set)")
+
+
+def root_index(root_rank, process_set):
+    """A broadcast root's number inside the set, which the engine takes, from its global rank
+    (ValueError if it is not a member, as Horovod's 'invalid root rank')."""
+    if process_set.process_set_id == 0:
+        return int(root_rank)
+    if root_rank not in process_set.ranks:
+        raise ValueError(f"broadcast: root rank {root_rank} is not a member of {process_set}")
+    return process_set.ranks.index(root_rank)
