@@ -8,8 +8,8 @@ run eagerly or inside the train step that Keras traces with tf.function.
 import tensorflow as tf
 
 import hora.tensorflow as hvd
-from hora import _core
 from hora._keras.keras_version import variable_key
+from hora.common.elastic import is_elastic_job
 
 
 def split_evenly(items, parts):
@@ -76,7 +76,7 @@ class GradientReducer:
     def _distributed(self):
         # Horovod skips the reduction when this rank is alone in its set; an elastic job always
         # reduces, because a train step traced at one size keeps running after the job grows.
-        return self.process_set.included() and (self.process_set.size() > 1 or _core.is_elastic())
+        return self.process_set.included() and (self.process_set.size() > 1 or is_elastic_job())
 
     def _group_indices(self, shared, variables):
         if self.groups is None:
