@@ -17,7 +17,8 @@ Where the gradients are reduced depends on what model.fit calls (keras_version.p
   update goes through.
 """
 
-import tensorflow as tf
+
+import warnings
 
 import hora.tensorflow as hvd
 from hora._keras.gradients import GradientReducer, LocalAggregator
@@ -200,7 +201,6 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     """
     check_op(op)
     if num_groups != 0:
-        import warnings
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
                       DeprecationWarning)
         if groups is None:

@@ -10,7 +10,7 @@ import pytest
 import tensorflow as tf
 
 import hora.tensorflow.keras as hvd
-from keras_helpers import APIS, api_modules, assert_all_close, gathered, keras_generation, mlp
+from keras_helpers import APIS, KERAS, TF_KERAS, api_modules, assert_all_close, gathered, keras_generation
 
 STEPS = 4
 
@@ -129,8 +129,8 @@ def lr_probe(keras, optimizer, callbacks, epochs=3, steps=STEPS):
     return -np.diff(w).reshape(epochs, steps), logs.epochs
 
 
-@pytest.mark.parametrize("names", APIS)
-@pytest.mark.parametrize("staircase", [True, False], ids=["per-epoch", "per-batch"])
+@pytest.mark.parametrize("names,staircase", [(TF_KERAS, True), (TF_KERAS, False), (KERAS, False)],
+                         ids=["per-epoch", "per-batch", "hora.keras-per-batch"])
 def test_learning_rate_schedule(names, staircase):
     hvd_api, keras = api_modules(names)
     multiplier = lambda epoch: 0.5 ** epoch  # noqa: E731
@@ -148,9 +148,8 @@ def test_learning_rate_schedule(names, staircase):
     np.testing.assert_allclose([entry["lr"] for entry in logs], expected[:, -1], rtol=1e-6)
 
 
-@pytest.mark.parametrize("names", APIS)
-def test_learning_rate_warmup(names):
-    hvd_api, keras = api_modules(names)
+def test_learning_rate_warmup():
+    hvd_api, keras = api_modules(TF_KERAS)
     n = hvd.size()
     warmup = hvd_api.callbacks.LearningRateWarmupCallback(initial_lr=0.2, warmup_epochs=2)
     rates, _ = lr_probe(keras, hvd_api.DistributedOptimizer(keras.optimizers.SGD(learning_rate=0.2)), [warmup])

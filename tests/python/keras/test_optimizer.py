@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import hora.tensorflow.keras as hvd
-from keras_helpers import (APIS, IN, OUT, api_modules, assert_all_close, fit, gathered, global_data,
+from keras_helpers import (KERAS, OUT, TF_KERAS, api_modules, assert_all_close, fit, gathered, global_data,
                            keras_generation, mlp, rank_share)
 
 STEPS, BATCH = 3, 4
@@ -32,12 +32,18 @@ def distributed(keras, optimizer, x, y, batch=BATCH, steps=STEPS, run_eagerly=Fa
     return model
 
 
-@pytest.mark.parametrize("names", APIS)
-@pytest.mark.parametrize("make_optimizer", [
-    pytest.param(lambda k: sgd(k, 0.1, momentum=0.9), id="SGD-momentum"),
-    pytest.param(lambda k: k.optimizers.Adam(learning_rate=0.01), id="Adam"),
+SGD_MOMENTUM = lambda k: sgd(k, 0.1, momentum=0.9)  # noqa: E731
+ADAM = lambda k: k.optimizers.Adam(learning_rate=0.01)  # noqa: E731
+
+
+# Traced (tf.function, as fit runs by default) and eager (run_eagerly).
+@pytest.mark.parametrize("names,make_optimizer,run_eagerly", [
+    pytest.param(TF_KERAS, SGD_MOMENTUM, False, id="SGD-momentum"),
+    pytest.param(TF_KERAS, ADAM, False, id="Adam"),
+    pytest.param(TF_KERAS, SGD_MOMENTUM, True, id="SGD-momentum-eager"),
+    pytest.param(TF_KERAS, ADAM, True, id="Adam-eager"),
+    pytest.param(KERAS, SGD_MOMENTUM, False, id="hora.keras-SGD-momentum"),
 ])
-@pytest.mark.parametrize("run_eagerly", [False, True], ids=["traced", "eager"])
 def test_steps_equal_one_process_on_the_global_batches(names, make_optimizer, run_eagerly):
     hvd_api, keras = api_modules(names)
     x, y = global_data(STEPS, BATCH)
