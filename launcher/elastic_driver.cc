@@ -145,8 +145,10 @@ class ElasticDriver {
       for (const WorkerSet::Exit& e : workers_.reap(milliseconds(50))) {
         std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
         for (int n : numbers)
-          if (auto id = ids_.find(n); id != ids_.end())
+          if (auto id = ids_.find(n); id != ids_.end()) {
             planner_.exited(id->second, e.failed, exitText(id->second, e), Clock::now(), d);
+            forget(id);
+          }
       }
       if (const int sig = takePendingSignal()) {
         std::cerr << "horarun: received signal " << strsignal(sig) << "; stopping the workers\n";
@@ -213,6 +215,13 @@ class ElasticDriver {
     return *d.end_code;
   }
 
+  // An exited worker's number: a worker started later in its host:slot takes the same id.
+  void forget(std::map<int, std::string>::iterator number_and_id) {
+    if (auto n = numbers_.find(number_and_id->second); n != numbers_.end() && n->second == number_and_id->first)
+      numbers_.erase(n);
+    ids_.erase(number_and_id);
+  }
+
   void announceGeneration() {
     client_->set("elastic/generation", std::to_string(planner_.generation()), soon());
     // The members printed their last lines of the old generation before they asked to join.
@@ -231,6 +240,16 @@ class ElasticDriver {
     env["HORA_ELASTIC"] = "1";
     env["HORA_ELASTIC_WORKER_ID"] = w.id;
     env["HORA_ELASTIC_TIMEOUT_SECONDS"] = std::to_string(static_cast<int64_t>(f_.elastic.timeout_seconds));
+    // The rank variables of the place the worker starts in, as horovodrun sets them; each
+    // generation's own ranks come through the store at hvd.init() (docs/elastic.md).
+    const ElasticPlanner::Placement& p = w.started_as;
+    const std::pair<const char*, int> place[] = {{"RANK", p.rank},         {"SIZE", p.size},
+                                                 {"LOCAL_RANK", p.local_rank}, {"LOCAL_SIZE", p.local_size},
+                                                 {"CROSS_RANK", p.cross_rank}, {"CROSS_SIZE", p.cross_size}};
+    for (const auto& [name, value] : place) {
+      env[std::string("HORA_") + name] = std::to_string(value);
+      env[std::string("HOROVOD_") + name] = std::to_string(value);
+    }
     env["HORA_HOSTNAME"] = w.host;
     env["HOROVOD_HOSTNAME"] = w.host;
     env["HORA_RENDEZVOUS_ADDR"] = store_address;

@@ -26,10 +26,69 @@ bool ElasticPlanner::usable(const std::string& host, Time now) const {
 }
 
 bool ElasticPlanner::noHostCanReturn() const {
-  return limits_.fixed_hosts && std::all_of(hosts_.begin(), hosts_.end(), [&](const HostSlots& h) {
+  // A discovery script that lists no host may list some later; one whose every host is
+  // blacklisted for good is taken at its word, as horovodrun does.
+  return !hosts_.empty() && std::all_of(hosts_.begin(), hosts_.end(), [&](const HostSlots& h) {
            auto it = blacklist_.find(h.host);
            return it != blacklist_.end() && !it->second;
          });
+}
+
+void ElasticPlanner::noteWaitForCooldown(Time now, Decisions& d) {
+  if (waiting_noted_) return;
+  std::optional<std::pair<Time, std::string>> first_back;
+  for (const HostSlots& h : hosts_) {
+    if (!blacklisted(h.host, now)) return;  // a usable host: its workers are starting
+    const auto& until = blacklist_.at(h.host);
+    if (until && (!first_back || *until < first_back->first)) first_back = {*until, h.host};
+  }
+  if (!first_back) return;
+  waiting_noted_ = true;
+  const auto in = std::chrono::duration_cast<std::chrono::seconds>(first_back->first - now).count();
+  d.notes.push_back("no host can run a worker now: waiting for host " + first_back->second +
+                    " to come back from its blacklisting in " + std::to_string(in) + " s (the job ends after --elastic-timeout " +
+                    std::to_string(limits_.elastic_timeout.count() / 1000) + " s with fewer than --min-np workers)");
+}
+
+std::map<std::string, ElasticPlanner::Placement> ElasticPlanner::plannedPlacements(Time now) const {
+  std::vector<const Tracked*> live;
+  for (const auto& [id, t] : workers_)
+    if (t.state != State::kLeaving && !blacklisted(t.worker.host, now)) live.push_back(&t);
+  const auto host_index = [&](const std::string& host) {
+    return std::find_if(hosts_.begin(), hosts_.end(), [&](const HostSlots& x) { return x.host == host; }) - hosts_.begin();
+  };
+  std::stable_sort(live.begin(), live.end(), [&](const Tracked* a, const Tracked* b) {
+    const int ra = a->rank < 0 ? std::numeric_limits<int>::max() : a->rank;
+    const int rb = b->rank < 0 ? std::numeric_limits<int>::max() : b->rank;
+    if (ra != rb) return ra < rb;
+    if (host_index(a->worker.host) != host_index(b->worker.host))
+      return host_index(a->worker.host) < host_index(b->worker.host);
+    return a->worker.slot < b->worker.slot;
+  });
+  if (static_cast<int>(live.size()) > limits_.max_np) live.resize(static_cast<size_t>(limits_.max_np));
+  std::map<std::string, Placement> out;
+  std::map<std::string, int> on_host;            // workers placed so far on each host
+  std::vector<std::string> hosts_in_order;       // hosts in the order of their first rank
+  for (size_t r = 0; r < live.size(); ++r) {
+    const std::string& host = live[r]->worker.host;
+    if (!on_host.count(host)) hosts_in_order.push_back(host);
+    Placement& p = out[live[r]->worker.id];
+    p.rank = static_cast<int>(r);
+    p.size = static_cast<int>(live.size());
+    p.local_rank = on_host[host]++;
+  }
+  for (auto& [id, p] : out) {
+    const std::string& host = workers_.at(id).worker.host;
+    p.local_size = on_host[host];
+    // Cross: the hosts that have a worker of this local rank, in rank order.
+    p.cross_size = p.cross_rank = 0;
+    for (const std::string& h : hosts_in_order) {
+      if (on_host[h] <= p.local_rank) continue;
+      if (h == host) p.cross_rank = p.cross_size;
+      ++p.cross_size;
+    }
+  }
+  return out;
 }
 
 int ElasticPlanner::liveCount() const {
@@ -83,12 +142,17 @@ void ElasticPlanner::startWorkers(Time now, Decisions& d) {
       const std::string id = h.host + ":" + std::to_string(slot);
       if (workers_.count(id)) continue;
       Tracked t;
-      t.worker = {id, h.host, slot};
+      t.worker = {id, h.host, slot, {}};
       workers_[id] = t;
       d.start.push_back(t.worker);
       ++live;
     }
   }
+  if (d.start.empty()) return;
+  waiting_noted_ = false;
+  const auto places = plannedPlacements(now);
+  for (Worker& w : d.start)
+    if (auto p = places.find(w.id); p != places.end()) w.started_as = workers_[w.id].worker.started_as = p->second;
 }
 
 void ElasticPlanner::hostsDiscovered(const std::vector<HostSlots>& hosts, Time now, Decisions& d) {
@@ -184,11 +248,14 @@ void ElasticPlanner::tick(Time now, Decisions& d) {
     if (!short_since_) short_since_ = now;
     if (noHostCanReturn()) {
       end(1, "only " + std::to_string(live) + " worker(s) left, fewer than --min-np " + std::to_string(limits_.min_np) +
-                 ", and every host is blacklisted for good (no --host-discovery-script can add one, no "
-                 "--blacklist-cooldown-range lets one back)",
+                 ", and every host is blacklisted for good (" +
+                 (limits_.fixed_hosts ? "no --host-discovery-script can add one"
+                                      : "every host the --host-discovery-script lists") +
+                 ", no --blacklist-cooldown-range lets one back)",
           d);
       return;
     }
+    noteWaitForCooldown(now, d);
     if (now - *short_since_ >= limits_.elastic_timeout) {
       end(1, "only " + std::to_string(live) + " worker(s) available, fewer than --min-np " +
                  std::to_string(limits_.min_np) + ", for longer than --elastic-timeout " +

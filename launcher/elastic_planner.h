@@ -17,8 +17,10 @@
 // - A join from a worker outside the running generation announces "added"; a host gone from
 //   discovery announces "removed" (members re-join at their next commit and are told `removed`).
 // - Fewer than --min-np workers for longer than --elastic-timeout, or more resets than
-//   --reset-limit, end the job with a message saying so. With fixed hosts (no discovery script)
-//   and every host blacklisted for good, nothing can bring workers back: the job ends at once.
+//   --reset-limit, end the job with a message saying so. With every host (fixed, or as the
+//   discovery script lists them) blacklisted for good, nothing can bring workers back: the job
+//   ends at once. With cooldowns, it says in one line which host it waits for, and how long.
+// - A worker starts with the rank variables of its planned place (Placement), as horovodrun's.
 #pragma once
 
 #include <chrono>
@@ -50,10 +52,17 @@ class ElasticPlanner {
   using Clock = std::chrono::steady_clock;
   using Time = Clock::time_point;
 
+  // Where a worker stands in the job as planned when it is started: the rank variables horovodrun
+  // gives it (HOROVOD_RANK, ...), which scripts read before or without hvd.init(). The ranks of
+  // each generation are decided when it forms and may differ (docs/elastic.md).
+  struct Placement {
+    int rank = 0, size = 1, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  };
   struct Worker {
     std::string id;  // "host:slot"
     std::string host;
     int slot = 0;
+    Placement started_as;
   };
   struct Decisions {
     std::vector<Worker> start;
@@ -95,6 +104,9 @@ class ElasticPlanner {
   };
 
   void startWorkers(Time now, Decisions& d);
+  // The places of the live workers if a generation formed now: members in rank order, then the
+  // others by host and slot (formGeneration's order), at most --max-np.
+  std::map<std::string, Placement> plannedPlacements(Time now) const;
   void formGeneration(Time now, Decisions& d);
   void stopWorker(Tracked& t, Decisions& d);
   void answerRemoved(Tracked& t, const std::string& why, Decisions& d);
@@ -104,6 +116,8 @@ class ElasticPlanner {
   int liveCount() const;
   bool usable(const std::string& host, Time now) const;
   bool noHostCanReturn() const;
+  // With fewer than --min-np workers and no host usable now: one note saying what the job waits for.
+  void noteWaitForCooldown(Time now, Decisions& d);
 
   const ElasticLimits limits_;
   std::function<std::chrono::milliseconds(std::chrono::milliseconds, std::chrono::milliseconds)> draw_cooldown_;
@@ -117,6 +131,7 @@ class ElasticPlanner {
   std::optional<Time> first_pending_;  // of the joins not yet placed
   std::optional<Time> short_since_;    // fewer than --min-np workers since
   std::string announced_;              // the kind announced since the last generation
+  bool waiting_noted_ = false;         // noteWaitForCooldown said it since workers last started
 };
 
 }  // namespace hora::launcher

@@ -339,7 +339,8 @@ void printBuild() {
             << "  MPI:          [ ] not linked; ranks started by mpirun or srun find each other through the\n"
             << "                    rendezvous store (see README, \"Without horarun\")\n"
             << "  frontends:    [x] C++ (hora::hora)  [x] C ABI (hora/c_api.h)  " << mark(HORA_WITH_PYTHON)
-            << " PyTorch (hora.torch)  " << mark(HORA_WITH_TORCH) << " libtorch (hora::torch)\n"
+            << " PyTorch (hora.torch)  " << mark(HORA_WITH_TORCH) << " libtorch (hora::torch)  "
+            << mark(HORA_WITH_TENSORFLOW) << " TensorFlow (hora.tensorflow)\n"
             << "  launcher:     [x] local  [x] ssh  [x] mpirun (--mpi)\n";
 }
 

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what hora needs from Debian (only what is missing), makes .venv from Debian's python
-# with the system site packages, builds hora in Release and installs it into .venv, so that
+# with the system site packages, installs TensorFlow into it (and the newest TensorFlow into
+# .venv-tf2), builds hora in Release and installs it into both, so that
 # `source .venv/bin/activate` puts horarun and hora-bench on PATH. Idempotent and quiet when
 # there is nothing to do.
 set -euo pipefail
@@ -75,7 +76,7 @@ fi
 cmake --build "$build" -j "$(nproc)" 2>&1 | { grep -E "warning|error|Error" || true; }
 test "${PIPESTATUS[0]}" = 0
 cmake --install "$build" >/dev/null
-# The Python package (hora.run, ...), from Debian's setuptools: nothing comes from PyPI.
+# The Python package (hora.run, ...) into both venvs, with each venv's setuptools (no download).
 for venv in .venv .venv-tf2; do
   HORA_CMAKE_BUILD_DIR="$build" $venv/bin/pip install --no-build-isolation --no-deps --no-index -q . >/dev/null
 done

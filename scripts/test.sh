@@ -23,6 +23,19 @@ for np in 2 3; do
   run "python tests under horarun -np $np" .venv/bin/horarun -np "$np" -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/distributed
 done
+# Join's bookkeeping depends on the world size (odd sizes round a mean, joined ranks skip names).
+for np in 4 5; do
+  run "join tests under horarun -np $np" .venv/bin/horarun -np "$np" -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
+    .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/distributed/test_join.py
+done
+# hora.tensorflow: one build of its op library under both TensorFlow generations that setup.sh
+# installs, TensorFlow 2.15 (.venv) at 1, 2 and 3 ranks and the newest (.venv-tf2) at 2.
+for np in 1 2 3; do
+  run "tensorflow tests (.venv) under horarun -np $np" .venv/bin/horarun -np "$np" \
+    -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 .venv/bin/python -m pytest -q -p no:cacheprovider tests/tensorflow
+done
+run "tensorflow tests (.venv-tf2) under horarun -np 2" .venv/bin/horarun -np 2 -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
+  .venv-tf2/bin/python -m pytest -q -p no:cacheprovider tests/tensorflow
 
 sanitized() {  # sanitized DIR SANITIZERS
   local dir=$1 san=$2

@@ -80,6 +80,9 @@ HORA_C_EXPORT hora_status hora_barrier(hora_comm* comm);
 
 /* The message of the last failed call on this thread ("" when none). */
 HORA_C_EXPORT const char* hora_last_error(void);
+/* The status of each kind of hora::Error (the value of hora::ErrorKind), for code that turns
+ * hora's C++ errors into statuses itself (hora._core's engine table, hora/engine_access.h). */
+HORA_C_EXPORT hora_status hora_status_of_error_kind(int kind);
 
 #ifdef __cplusplus
 }

@@ -7,7 +7,6 @@
 
 #include "hora/communicator.h"
 #include "hora/errors.h"
-#include "capi/status.h"
 
 struct hora_comm {
   std::unique_ptr<hora::Communicator> comm;
@@ -26,6 +25,20 @@ static_assert(hora::kNumDataTypes == HORA_BOOL + 1, "a data type is missing from
 
 thread_local std::string last_error;
 
+hora_status statusOf(hora::ErrorKind kind) {
+  switch (kind) {
+    case hora::ErrorKind::kInvalidArgument: return HORA_ERR_INVALID_ARGUMENT;
+    case hora::ErrorKind::kTimeout: return HORA_ERR_TIMEOUT;
+    case hora::ErrorKind::kPeer: return HORA_ERR_PEER;
+    case hora::ErrorKind::kMismatch: return HORA_ERR_MISMATCH;
+    case hora::ErrorKind::kAuthentication: return HORA_ERR_AUTHENTICATION;
+    case hora::ErrorKind::kShutdown: return HORA_ERR_SHUTDOWN;
+    case hora::ErrorKind::kInternal: return HORA_ERR_INTERNAL;
+    case hora::ErrorKind::kRemoved: return HORA_ERR_REMOVED;
+  }
+  return HORA_ERR_INTERNAL;
+}
+
 template <typename F>
 hora_status guarded(hora_comm* comm, F f) {
   last_error.clear();
@@ -38,7 +51,7 @@ hora_status guarded(hora_comm* comm, F f) {
     return HORA_OK;
   } catch (const hora::Error& e) {
     last_error = e.what();
-    return hora::capi::statusOf(e.kind());
+    return statusOf(e.kind());
   } catch (const std::exception& e) {
     last_error = e.what();
     return HORA_ERR_INTERNAL;
@@ -71,7 +84,7 @@ hora_status hora_comm_init(hora_comm** out) {
     holder->comm = hora::Communicator::fromEnvironment();
   } catch (const hora::Error& e) {
     last_error = e.what();
-    s = hora::capi::statusOf(e.kind());
+    s = statusOf(e.kind());
   } catch (const std::exception& e) {
     last_error = e.what();
     s = HORA_ERR_INTERNAL;
@@ -132,5 +145,7 @@ hora_status hora_barrier(hora_comm* comm) {
 }
 
 const char* hora_last_error(void) { return last_error.c_str(); }
+
+hora_status hora_status_of_error_kind(int kind) { return statusOf(static_cast<hora::ErrorKind>(kind)); }
 
 }  // extern "C"

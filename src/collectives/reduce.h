@@ -28,7 +28,8 @@ void reduce(DataType type, ReduceOp op, void* out, const void* a, const void* b,
 void scale(DataType type, void* out, const void* in, size_t count, double factor);
 
 // Turns a Sum into the final value of `op` over `nranks` ranks times `postscale`: scales by
-// postscale / nranks for Average, by postscale otherwise. No-op when there is nothing to do.
+// postscale / nranks for Average, by postscale otherwise; a plain Average of float32 or float64
+// divides by nranks instead (the correctly rounded mean). No-op when there is nothing to do.
 void finalize(DataType type, ReduceOp op, void* out, const void* in, size_t count, int nranks,
               double postscale);
 bool needsFinalize(ReduceOp op, double postscale, int nranks);

@@ -71,6 +71,9 @@ constexpr KnobSpec kKnobs[] = {
     {"SLURM_STEP_NUM_NODES", "", G::kForeignLauncher, S::kRank, "", "Number of hosts of the Slurm step."},
     {"SLURM_STEP_NODELIST", "", G::kForeignLauncher, S::kRank, "",
      "Hosts of the Slurm step; the store runs in rank 0 on the first one."},
+    {"TF_CONFIG", "", G::kForeignLauncher, S::kRank, "",
+     "TensorFlow's cluster description, as Kubeflow's TFJob and other cluster managers set it: the chief "
+     "and worker tasks are the ranks (chief first), and rank 0 serves the store at its own host:port."},
     {"SLURM_JOB_NODELIST", "", G::kForeignLauncher, S::kRank, "",
      "Hosts of the Slurm allocation: horarun run inside one (salloc, sbatch) without -H or --hostfile "
      "starts its ranks there."},

@@ -84,11 +84,15 @@ std::string validate(const std::string& name, const std::vector<RequestMeta>& by
   return "";
 }
 
+bool goesOnWithJoinedRanks(CollectiveKind op) {
+  return op == CollectiveKind::kAllreduce || op == CollectiveKind::kBarrier || op == CollectiveKind::kJoin;
+}
+
 void standIn(Response& r, std::vector<int> joined) {
   const CollectiveKind op = r.metas[0].op;
   // Before any disagreement among the other ranks (a broadcast's roots, say): Horovod reports
   // the join first too.
-  if (op != CollectiveKind::kAllreduce && op != CollectiveKind::kBarrier) {
+  if (!goesOnWithJoinedRanks(op)) {
     std::string ranks;
     for (int x : joined) ranks += (ranks.empty() ? "" : ", ") + std::to_string(x);
     r.error = "Tensor '" + r.name + "': " + std::string(toString(op)) + " cannot run while rank(s) " + ranks +
@@ -130,14 +134,21 @@ std::vector<Response> PendingTable::takeReady() {
     std::vector<int> stand_ins;
     for (int r = 0; r < size_; ++r)
       if (joined_[static_cast<size_t>(r)] && !e.by_rank[static_cast<size_t>(r)]) stand_ins.push_back(r);
-    if (e.present == 0 || e.present + static_cast<int>(stand_ins.size()) < size_) {
+    const RequestMeta* some = nullptr;
+    for (const auto& m : e.by_rank)
+      if (m && !some) some = &*m;
+    // A joined rank submits nothing until every rank has joined: a name it lacks that cannot
+    // run with zeros in its place fails now, on the ranks that submitted it, instead of waiting
+    // for the others (whose names may differ: unnamed tensors are numbered per rank).
+    const bool blocked_by_join = some && !stand_ins.empty() && !goesOnWithJoinedRanks(some->op);
+    if (!some || (!blocked_by_join && e.present + static_cast<int>(stand_ins.size()) < size_)) {
       ++it;
       continue;
     }
     Response r{it->first, {}, ""};
-    const RequestMeta some = **std::find_if(e.by_rank.begin(), e.by_rank.end(), [](const auto& m) { return m.has_value(); });
-    for (auto& m : e.by_rank) r.metas.push_back(m ? std::move(*m) : some);
-    r.error = validate(r.name, r.metas);
+    const RequestMeta fill = *some;
+    for (auto& m : e.by_rank) r.metas.push_back(m ? std::move(*m) : fill);
+    if (!blocked_by_join) r.error = validate(r.name, r.metas);
     if (!stand_ins.empty()) standIn(r, std::move(stand_ins));
     if (r.metas[0].op == CollectiveKind::kJoin) {
       r.last_joined = last_joined_;

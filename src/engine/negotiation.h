@@ -30,10 +30,16 @@ struct Response {
 // Note [join]: a rank that calls join has run out of data. The table counts it as present for
 // every allreduce (and barrier) the other ranks submit, and it takes part in those with zeros;
 // Average still divides by every rank, as Horovod's does (its test expects (n-1)/n of a tensor
-// that n-1 ranks submitted). Other collectives cannot be filled in
-// with zeros, so they fail while a rank has joined. When every rank has joined, the join
-// completes everywhere with the last rank to join and the joined set starts afresh. Since the
-// table is replicated, every rank knows the joined set at the same point of the same cycle.
+// that n-1 ranks submitted). Other collectives cannot be filled in with zeros, so they fail
+// while a rank has joined, and at once: a joined rank submits nothing more, so they could only
+// wait (the names of unnamed tensors may even differ, being numbered per rank); a cached one is
+// announced afresh so that the table sees it. When every rank has joined, the join completes
+// everywhere with the last rank to join and the joined set starts afresh. Since the table is
+// replicated, every rank knows the joined set at the same point of the same cycle.
+
+// Allreduce and barrier go on with zeros from the joined ranks (and join itself completes
+// once every rank joined); every other collective fails while a rank has joined (Note [join]).
+bool goesOnWithJoinedRanks(CollectiveKind op);
 
 // Records that the joined ranks stand in for `r` (Note [join]); an error for collectives that
 // cannot go on with joined ranks (it replaces a validation error, as in Horovod).

@@ -20,6 +20,17 @@ void Negotiator::admit(std::vector<Submission> fresh) {
     else to_announce_.push_back(name);
     in_flight_.emplace(name, std::move(l));
   }
+  // While a rank has joined, a cached name that cannot run with it could only wait for its slot:
+  // announced in full, the table fails it at once (Note [join]).
+  if (table_.joined().empty()) return;
+  for (auto it = cached_waiting_.begin(); it != cached_waiting_.end();) {
+    if (goesOnWithJoinedRanks(cache_.at(it->first).metas[0].op)) {
+      ++it;
+      continue;
+    }
+    to_announce_.push_back(it->second);
+    it = cached_waiting_.erase(it);
+  }
 }
 
 ControlVector Negotiator::controlVector() const {

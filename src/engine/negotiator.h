@@ -27,6 +27,7 @@ class Negotiator {
 
   // Takes newly enqueued requests in: those the response cache knows wait for their slot's
   // byte, the others for the next full negotiation. No name is in flight twice (Runtime::enqueue).
+  // Called every cycle: it also moves cached names a joined rank blocks to the announcements.
   void admit(std::vector<Submission> fresh);
   // Whether this rank has requests the other ranks have not heard of yet.
   bool hasAnnouncements() const { return !to_announce_.empty(); }

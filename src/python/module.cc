@@ -14,9 +14,7 @@
 #include <memory>
 #include <mutex>
 
-#include "capi/status.h"
-#include "engine/gaussian_process.h"
-#include "python/engine_access.h"
+#include "hora/engine_access.h"
 #include "hora/communicator.h"
 #include "hora/elastic.h"
 #include "hora/engine.h"
@@ -233,7 +231,7 @@ void accessEnqueue(const hora_engine_request* in, void* context, hora_engine_all
     try {
       std::rethrow_exception(e);
     } catch (const hora::Error& error) {
-      done(context, hora::capi::statusOf(error.kind()), error.what());
+      done(context, hora_status_of_error_kind(static_cast<int>(error.kind())), error.what());
     } catch (const std::exception& error) {
       done(context, HORA_ERR_INTERNAL, error.what());
     }
@@ -317,7 +315,7 @@ void bindProcessSets(py::module_& m) {
   m.def("process_set_ranks", [](int id) { return theEngine().processSetRanks(id); });
   m.def("process_set_ids", [] { return theEngine().processSetIds(); });
   m.def("engine_access", [] { return reinterpret_cast<uintptr_t>(&kEngineAccess); },
-        "The address of the engine's table for op libraries (src/python/engine_access.h)");
+        "The address of the engine's table for op libraries (hora/engine_access.h)");
 }
 
 // The enums' values, so Python never hard-codes them: ALLREDUCE, ALLGATHER, ... (one per
@@ -343,24 +341,6 @@ void bindConstants(py::module_& m) {
 
 }  // namespace
 
-// The autotuner's Gaussian process, for the tests that check it against numpy
-// (tests/python/test_autotune_model.py): (means, variances, log marginal likelihood) at xs.
-void bindAutotuneModel(py::module_& m) {
-  m.def("_gp_predict",
-        [](std::vector<std::vector<double>> x, std::vector<double> y, const std::vector<std::vector<double>>& xs,
-           double length, double signal, double noise) {
-          hora::engine::GaussianProcess gp(std::move(x), std::move(y), {length, signal}, noise);
-          std::vector<double> means, variances;
-          for (const auto& p : xs) {
-            const auto pred = gp.predict(p);
-            means.push_back(pred.mean);
-            variances.push_back(pred.variance);
-          }
-          return py::make_tuple(means, variances, gp.logMarginalLikelihood());
-        },
-        py::arg("x"), py::arg("y"), py::arg("xs"), py::arg("length"), py::arg("signal"), py::arg("noise"));
-}
-
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hora's engine for Python frontends (tensors cross as data pointers)";
   bindErrors(m);
@@ -368,5 +348,4 @@ PYBIND11_MODULE(_core, m) {
   bindRequests(m);
   bindProcessSets(m);
   bindConstants(m);
-  bindAutotuneModel(m);
 }

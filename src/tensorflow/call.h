@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "python/engine_access.h"
+#include "hora/engine_access.h"
 
 namespace hora::tf {
 

@@ -1,5 +1,5 @@
 // The TensorFlow op library's link to hora's engine: the table hora._core hands out
-// (src/python/engine_access.h), set once by hora.tensorflow right after tf.load_op_library, and
+// (hora/engine_access.h), set once by hora.tensorflow right after tf.load_op_library, and
 // the translations between TensorFlow's C types and hora's.
 //
 // The library uses only TensorFlow's C API (tensorflow/c/kernels.h, ops.h), whose functions
@@ -11,7 +11,7 @@
 
 #include <string>
 
-#include "python/engine_access.h"
+#include "hora/engine_access.h"
 
 namespace hora::tf {
 

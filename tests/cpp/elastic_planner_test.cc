@@ -235,18 +235,70 @@ TEST(ElasticPlanner, WithFixedHostsAllBlacklistedForGoodTheJobEndsAtOnce) {
   EXPECT_NE(d.end_reason.find("every host is blacklisted for good"), std::string::npos) << d.end_reason;
 }
 
-TEST(ElasticPlanner, WithACooldownOrADiscoveryScriptItWaitsForTheTimeoutInstead) {
+// horovodrun ends at once when every host its discovery script lists has failed for good.
+TEST(ElasticPlanner, EveryDiscoveredHostBlacklistedForGoodEndsTheJobAtOnce) {
+  ElasticLimits l = limits(1);
+  l.fixed_hosts = false;
+  Planner p(l);
+  p.hosts({{"a", 1, true}, {"b", 1, true}});
+  p.exit("a:0", true);
+  EXPECT_FALSE(p.tick().end_code.has_value());  // b's worker still runs
+  p.exit("b:0", true);
+  const Decisions d = p.tick();
+  ASSERT_TRUE(d.end_code.has_value());
+  EXPECT_EQ(*d.end_code, 1);
+  EXPECT_NE(d.end_reason.find("every host the --host-discovery-script lists"), std::string::npos) << d.end_reason;
+}
+
+// With a cooldown a host comes back: the job waits (up to --elastic-timeout), saying once for
+// which host and how long. A discovery script that lists no host at all may list one later.
+TEST(ElasticPlanner, WithACooldownOrNoDiscoveredHostItWaitsForTheTimeoutInstead) {
   for (bool cooldown : {false, true}) {
     ElasticLimits l = limits(1);
-    l.fixed_hosts = cooldown;  // without a cooldown: a discovery script may still add hosts
+    l.fixed_hosts = false;
     if (cooldown) l.cooldown_min = l.cooldown_max = seconds(60);
     Planner p(l);
     p.hosts({{"a", 1, true}});
     p.exit("a:0", true);
-    const Decisions early = p.tick(seconds(29));
+    if (!cooldown) p.hosts({});
+    const Decisions first = p.tick(seconds(1));
+    EXPECT_FALSE(first.end_code.has_value()) << cooldown << first.end_reason;
+    if (cooldown) {
+      EXPECT_EQ(first.notes, (std::vector<std::string>{
+                                 "no host can run a worker now: waiting for host a to come back from its blacklisting "
+                                 "in 59 s (the job ends after --elastic-timeout 30 s with fewer than --min-np workers)"}));
+    }
+    const Decisions early = p.tick(seconds(28));
     EXPECT_FALSE(early.end_code.has_value()) << cooldown << early.end_reason;
+    EXPECT_TRUE(early.notes.empty());  // said once
     EXPECT_TRUE(p.tick(seconds(2)).end_code.has_value()) << cooldown;
   }
+}
+
+// Each worker starts with the rank variables of its place, as horovodrun's: host by host, slot
+// by slot; one started while a generation runs comes after its members.
+TEST(ElasticPlanner, WorkersStartWithThePlaceTheyWouldHave) {
+  ElasticLimits l = limits(1);
+  l.fixed_hosts = false;
+  Planner p(l);
+  const Decisions d = p.hosts({{"a", 2, true}, {"b", 1, true}});
+  ASSERT_EQ(ids(d.start), (std::vector<std::string>{"a:0", "a:1", "b:0"}));
+  const auto place = [&](size_t i) {
+    const auto& s = d.start[i].started_as;
+    return std::vector<int>{s.rank, s.size, s.local_rank, s.local_size, s.cross_rank, s.cross_size};
+  };
+  EXPECT_EQ(place(0), (std::vector<int>{0, 3, 0, 2, 0, 2}));
+  EXPECT_EQ(place(1), (std::vector<int>{1, 3, 1, 2, 0, 1}));
+  EXPECT_EQ(place(2), (std::vector<int>{2, 3, 0, 1, 1, 2}));
+  for (const char* id : {"a:0", "a:1", "b:0"}) p.join(id);
+  ASSERT_TRUE(p.tick().generation_formed);
+  // a:1 fails: host a is blacklisted and a:0 stopped; c is discovered and starts after b:0.
+  p.exit("a:1", true);
+  const Decisions grown = p.hosts({{"a", 2, true}, {"b", 1, true}, {"c", 1, true}});
+  ASSERT_EQ(ids(grown.start), (std::vector<std::string>{"c:0"}));
+  const auto& c = grown.start[0].started_as;
+  EXPECT_EQ((std::vector<int>{c.rank, c.size, c.local_rank, c.local_size, c.cross_rank, c.cross_size}),
+            (std::vector<int>{1, 2, 0, 1, 1, 2}));
 }
 
 TEST(ElasticPlanner, ACooldownEndsAndTheHostGetsWorkersAgain) {

@@ -1,6 +1,7 @@
 // Join, barrier and process sets with real ranks: uneven data averaged over every rank (the
 // joined ones' zeros included, as Horovod's), a join while cached names run and the timeline
-// records, collectives that cannot go on with joined ranks, and sets that negotiate apart.
+// records, collectives that cannot go on with joined ranks (at once, whatever their names), and
+// sets that negotiate apart.
 #include <gtest/gtest.h>
 #include <unistd.h>
 #include <atomic>
@@ -109,6 +110,45 @@ TEST(Engine, JoinFailsOtherCollectivesWhileARankHasJoinedThenCompletes) {
       e.join(&last).wait(30s);
     }
     EXPECT_EQ(last, 0);
+  }));
+}
+
+// The ranks that did not join may even disagree on the name (unnamed tensors are numbered per
+// rank, and the joined rank skipped one): neither name can ever complete, so each fails at once
+// instead of waiting for the others. Once through the response cache too.
+TEST(Engine, JoinFailsAllgathersOfDifferentNamesAtOnce) {
+  expectNoErrors(runEngines(3, [](Engine& e) {
+    const int r = e.identity().rank;
+    std::vector<float> x(4, 1.0f);
+    const auto allgather = [&](const std::string& name) {
+      Request g;
+      g.name = name;
+      g.op = CollectiveKind::kAllgather;
+      g.shape = {4};
+      g.input = x.data();
+      g.allocate_output = [out = std::make_shared<std::vector<float>>()](const std::vector<int64_t>& shape) {
+        out->resize(static_cast<size_t>(shape[0]));
+        return static_cast<void*>(out->data());
+      };
+      return e.enqueue(g);
+    };
+    for (const char* cached : {"gather", "gather.1"}) allgather(cached).wait(30s);  // into the cache
+    int32_t last = -1;
+    if (r == 0) {
+      e.join(&last).wait(30s);
+    } else {
+      const auto started = std::chrono::steady_clock::now();
+      try {
+        allgather(r == 1 ? "gather" : "gather.1").wait(30s);
+        ADD_FAILURE() << "allgather ran while rank 0 had joined";
+      } catch (const MismatchError& err) {
+        EXPECT_NE(std::string(err.what()).find("allgather cannot run while rank(s) 0 have joined"), std::string::npos)
+            << err.what();
+      }
+      EXPECT_LT(std::chrono::steady_clock::now() - started, 5s);
+      e.join(&last).wait(30s);
+    }
+    EXPECT_NE(last, 0);
   }));
 }
 

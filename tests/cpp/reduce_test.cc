@@ -76,6 +76,31 @@ TEST(Reduce, Float16AccumulatesInFloat32) {
   EXPECT_EQ(Half::toFloat(m[0]), -3.0f);
 }
 
+// A plain Average of float32 and float64 is the correctly rounded quotient sum / n (the
+// compiler's division), at every rank count that is not a power of two too; a postscale keeps
+// Horovod's multiplication by postscale / n.
+TEST(Reduce, FinalizeAverageOfFloatsIsTheCorrectlyRoundedQuotient) {
+  for (int n : {2, 3, 5, 6, 7, 9, 12}) {
+    std::vector<float> sum32;
+    std::vector<double> sum64;
+    for (int v = -3000; v < 3000; ++v) {
+      sum32.push_back(static_cast<float>(v) * 0.37f);
+      sum64.push_back(static_cast<double>(v) * 0.37);
+    }
+    std::vector<float> out32(sum32.size());
+    std::vector<double> out64(sum64.size());
+    finalize(DataType::kFloat32, ReduceOp::kAverage, out32.data(), sum32.data(), sum32.size(), n, 1.0);
+    finalize(DataType::kFloat64, ReduceOp::kAverage, out64.data(), sum64.data(), sum64.size(), n, 1.0);
+    for (size_t i = 0; i < sum32.size(); ++i) {
+      ASSERT_EQ(out32[i], sum32[i] / static_cast<float>(n)) << "n " << n << " sum " << sum32[i];
+      ASSERT_EQ(out64[i], sum64[i] / static_cast<double>(n)) << "n " << n << " sum " << sum64[i];
+    }
+    finalize(DataType::kFloat32, ReduceOp::kAverage, out32.data(), sum32.data(), sum32.size(), n, 2.0);
+    for (size_t i = 0; i < sum32.size(); ++i)
+      ASSERT_EQ(out32[i], sum32[i] * static_cast<float>(2.0 / n)) << "n " << n << " postscale 2";
+  }
+}
+
 TEST(Reduce, EveryOpOnEveryWidthOfALongUnalignedRun) {
   // Long enough for the vector loops, odd so the scalar tail runs, offset by one element.
   const size_t n = 1027;

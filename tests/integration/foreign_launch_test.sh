@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # hora programs started without horarun: by OpenMPI's mpirun, MPICH's mpirun (Hydra), a
-# simulated Slurm srun, and horarun --mpi; each rank finds rank, size and peers by itself and
+# simulated Slurm srun, a cluster manager's TF_CONFIG, and horarun --mpi; each rank finds rank, size and peers by itself and
 # every collective checks clean against the reference.
 # usage: foreign_launch_test.sh HORARUN HORA_BENCH
 set -uo pipefail
@@ -67,6 +67,24 @@ ok=0
 for p in "${pids[@]}"; do wait "$p" || ok=1; done
 [ $ok = 0 ] && grep -q "0 OK" "$tmp/slurm0"; check "simulated srun (SLURM_* of 3 tasks) checks clean" $?
 grep -q "HORA_SECRET is not set" "$tmp/slurm0"; check "without a key-value service or HORA_SECRET, rank 0 warns that the job id keys the store" $?
+
+# A cluster manager's TF_CONFIG (Kubeflow's TFJob): a chief and two workers, rank 0 (the chief)
+# serving the store at its own entry's port.
+port=$((20000 + RANDOM % 10000))
+cluster="{\"chief\": [\"localhost:$port\"], \"worker\": [\"localhost:$((port + 1))\", \"localhost:$((port + 2))\"]}"
+pids=()
+for task in chief:0 worker:0 worker:1; do
+  TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"${task%:*}\", \"index\": ${task#*:}}}" HORA_SECRET=tfjob \
+    timeout 120 "$bench" allreduce -b 4 -e 1M -f 32 -c 1 >"$tmp/tf_${task/:/}" 2>&1 &
+  pids+=($!)
+done
+ok=0
+for p in "${pids[@]}"; do wait "$p" || ok=1; done
+[ $ok = 0 ] && grep -q "0 OK" "$tmp/tf_chief0" && grep -q "allreduce: 3 ranks" "$tmp/tf_chief0"
+check "TF_CONFIG of a chief and two workers: 3 ranks that check clean" $?
+TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"ps\", \"index\": 0}}" "$bench" allreduce -b 4 -e 4 >"$tmp/out" 2>&1
+[ $? != 0 ] && grep -q "TF_CONFIG: task type 'ps' does not train" "$tmp/out"
+check "a TF_CONFIG task that does not train (ps) is refused naming TF_CONFIG" $?
 
 OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_RANK=1 OMPI_COMM_WORLD_LOCAL_SIZE=1 "$bench" allreduce -b 4 -e 4 >"$tmp/out" 2>&1
 [ $? != 0 ] && grep -q "HORA_RENDEZVOUS_ADDR is not set (a job started by OpenMPI without horarun) and OpenMPI offers no key-value service.*PMIX_NAMESPACE is not set" "$tmp/out"

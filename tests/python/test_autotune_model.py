@@ -2,10 +2,29 @@
 written from the textbook formulas (Rasmussen & Williams, algorithm 2.1, with numpy's own
 solve instead of a Cholesky factorisation)."""
 
+import importlib.util
+import os
+import glob
+
 import numpy
 import pytest
 
-from hora import _core
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def load_binding():
+    """The test-only extension tests/python/bindings/autotune_model.cc, built with the tests into
+    <build>/tests/python (HORA_BUILD_DIR, default build/release, as scripts/setup.sh builds)."""
+    build = os.environ.get("HORA_BUILD_DIR", "build/release")
+    found = glob.glob(os.path.join(ROOT, build, "tests", "python", "_autotune_model*.so"))
+    assert found, f"_autotune_model is not built under {build}/tests/python (scripts/setup.sh builds it)"
+    spec = importlib.util.spec_from_file_location("_autotune_model", found[0])
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gp = load_binding()
 
 
 def reference(x, y, xs, length, signal, noise):
@@ -35,7 +54,7 @@ def test_posterior_mean_variance_and_likelihood_equal_numpy(dims, n, length, sig
     x = rng.uniform(size=(n, dims))
     y = numpy.sin(3 * x).sum(1) + rng.normal(scale=0.1, size=n)
     xs = numpy.vstack([rng.uniform(size=(40, dims)), x[:3]])  # new points and training points
-    mean, var, lml = _core._gp_predict(x.tolist(), y.tolist(), xs.tolist(), length, signal, noise)
+    mean, var, lml = gp.predict(x.tolist(), y.tolist(), xs.tolist(), length, signal, noise)
     want_mean, want_var, want_lml = reference(x, y, xs, length, signal, noise)
     numpy.testing.assert_allclose(mean, want_mean, rtol=1e-7, atol=1e-8)
     numpy.testing.assert_allclose(var, want_var, rtol=1e-6, atol=1e-8)
@@ -45,11 +64,11 @@ def test_posterior_mean_variance_and_likelihood_equal_numpy(dims, n, length, sig
 def test_with_little_noise_the_mean_passes_through_the_samples():
     x = [[0.1], [0.5], [0.9]]
     y = [1.0, -2.0, 3.0]
-    mean, var, _ = _core._gp_predict(x, y, x, 0.2, 1.0, 1e-4)
+    mean, var, _ = gp.predict(x, y, x, 0.2, 1.0, 1e-4)
     numpy.testing.assert_allclose(mean, y, atol=1e-3)
     assert max(var) < 1e-6
 
 
 def test_mismatched_sizes_are_refused():
     with pytest.raises(ValueError, match="3 points but 2 values"):
-        _core._gp_predict([[0.0], [0.5], [1.0]], [1.0, 2.0], [[0.2]], 0.3, 1.0, 0.1)
+        gp.predict([[0.0], [0.5], [1.0]], [1.0, 2.0], [[0.2]], 0.3, 1.0, 0.1)

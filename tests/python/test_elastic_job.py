@@ -16,6 +16,8 @@ import time
 HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.executable), "horarun")
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic", "elastic_train.py")
 STEP = re.compile(r"^\[(\d+)\]<stdout>:step (\S+) gen=(\d+) rank=(\d+) size=(\d+) pid=(\d+) step=(\d+)")
+STARTED = re.compile(r"<stdout>:started with HOSTNAME=(\S+) RANK=(\S+) SIZE=(\S+) LOCAL_RANK=(\S+) LOCAL_SIZE=(\S+) "
+                     r"CROSS_RANK=(\S+) CROSS_SIZE=(\S+)")
 
 
 class Job:
@@ -45,6 +47,10 @@ class Job:
 
     def steps(self):
         return [STEP.match(l) for l in self.lines if STEP.match(l)]
+
+    def started(self):
+        """(host, rank, size, local rank, local size, cross rank, cross size) of each worker's start."""
+        return [(m.group(1), *map(int, m.groups()[1:])) for l in self.lines if (m := STARTED.search(l))]
 
 
 def assert_prefixes_follow_ranks(job, output):
@@ -84,6 +90,9 @@ def test_a_killed_worker_leaves_its_host_blacklisted_and_the_others_go_on_from_t
     assert "horarun: generation 1: 2 rank(s)" in output, output
     sizes = {int(m.group(5)) for m in job.steps()}
     assert sizes == {4, 2}, output
+    # Started as horovodrun starts them: host by host, slot by slot (read before hvd.init()).
+    assert sorted(job.started()) == [("127.0.0.1", 0, 4, 0, 2, 0, 2), ("127.0.0.1", 1, 4, 1, 2, 0, 2),
+                                     ("127.0.0.2", 2, 4, 0, 2, 1, 2), ("127.0.0.2", 3, 4, 1, 2, 1, 2)], output
     assert output.count("identical=True") == 2, output
     assert_prefixes_follow_ranks(job, output)
     assert_each_sample_once(job.log, 320, 2, output)
@@ -110,6 +119,9 @@ def test_discovery_adds_a_host_then_another_at_the_next_commits_and_removes_one_
     # The generations in order: 1 rank, 2, 3, then 2 again; the host that stayed keeps training.
     sizes = [int(m.group(5)) for m in sorted(job.steps(), key=lambda m: float(m.group(2)))]
     assert [s for i, s in enumerate(sizes) if i == 0 or s != sizes[i - 1]] == [1, 2, 3, 2], output
+    # Each added worker started with the place it joins in: after the members.
+    assert job.started() == [("127.0.0.1", 0, 1, 0, 1, 0, 1), ("127.0.0.2", 1, 2, 0, 1, 1, 2),
+                             ("127.0.0.3", 2, 3, 0, 1, 2, 3)], output
     assert output.count("identical=True") == 2, output
     assert_prefixes_follow_ranks(job, output)
     assert_each_sample_once(job.log, 600, 2, output, padding=2)  # an epoch may end at 3 ranks
@@ -175,3 +187,57 @@ def test_a_command_that_cannot_run_on_any_fixed_host_ends_the_job_at_once_saying
     for worker in ("127.0.0.1:0", "127.0.0.2:0"):  # each failure named by its worker, not a rank
         assert f"horarun: worker {worker}: cannot execute" in proc.stderr, proc.stderr
     assert time.time() - start < 20, proc.stderr  # not --elastic-timeout's 600 s
+
+
+def test_every_discovered_host_failing_for_good_ends_the_job_at_once_saying_why(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n")
+    start = time.time()
+    proc = subprocess.run([HORARUN, "-np", "2", "--min-np", "1", "--host-discovery-script", f"cat {hosts}",
+                           str(tmp_path / "no-such-program")], capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stderr
+    assert "every host the --host-discovery-script lists" in proc.stderr, proc.stderr
+    assert time.time() - start < 20, proc.stderr  # not --elastic-timeout's 600 s
+
+
+def test_with_a_cooldown_the_job_says_which_host_it_waits_for_then_ends_at_the_timeout(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:1\n")
+    start = time.time()
+    proc = subprocess.run([HORARUN, "-np", "1", "--host-discovery-script", f"cat {hosts}", "--elastic-timeout", "6",
+                           "--blacklist-cooldown-range", "30", "40", str(tmp_path / "no-such-program")],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode != 0, proc.stderr
+    waits = re.findall(r"horarun: no host can run a worker now: waiting for host 127\.0\.0\.1 to come back from its "
+                       r"blacklisting in (\d+) s", proc.stderr)
+    assert len(waits) == 1 and 29 <= int(waits[0]) <= 40, proc.stderr
+    assert "for longer than --elastic-timeout 6 s" in proc.stderr, proc.stderr
+    assert time.time() - start < 30, proc.stderr
+
+
+def test_a_host_removed_then_added_back_trains_on_and_each_generation_is_counted_exactly(tmp_path):
+    """Horovod's elastic synthetic benchmark's scenario: 2 slots in all, a host removed from the
+    discovery output and added back; the worker started again in the same host:slot must not be
+    counted twice (horarun once announced "3 rank(s)" for 2)."""
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n")
+    job = Job(["-np", "2", "--min-np", "1", "--max-np", "2", "--host-discovery-script", f"cat {hosts}"],
+              ["--samples", "800", "--epochs", "2", "--step-sleep", "0.05"], tmp_path)
+    assert job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "2", timeout=60), "".join(job.lines)
+    hosts.write_text("127.0.0.1:1\n")
+    shrunk = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "1", timeout=60)
+    assert shrunk, "".join(job.lines)
+    hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n")
+    regrown = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "2" and int(m.group(3)) >= 2, timeout=60)
+    code, output = job.finish()
+    assert code == 0, output
+    assert regrown, output
+    announced = [int(n) for n in re.findall(r"horarun: generation \d+: (\d+) rank\(s\)", output)]
+    assert announced and max(announced) <= 2, output
+    sizes = [int(m.group(5)) for m in sorted(job.steps(), key=lambda m: float(m.group(2)))]
+    assert [s for i, s in enumerate(sizes) if i == 0 or s != sizes[i - 1]] == [2, 1, 2], output
+    assert announced[-1] == 2, output
+    # The worker started again on 127.0.0.2 was told its place: rank 1 of 2.
+    assert job.started()[-1] == ("127.0.0.2", 1, 2, 0, 1, 1, 2), output
+    assert output.count("identical=True") == 2, output
+    assert_each_sample_once(job.log, 800, 2, output, padding=1)

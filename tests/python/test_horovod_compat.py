@@ -73,6 +73,26 @@ print(horovod.__version__)
     assert out.strip() == "0.28.1"
 
 
+def test_horovod_tensorflow_is_hora_tensorflow(compat):
+    _, env = compat
+    out = python("""
+import sys
+import tensorflow as tf
+import hora.tensorflow, horovod.tensorflow, horovod.tensorflow as hvd
+from horovod.tensorflow.mpi_ops import allgather
+from horovod.tensorflow.functions import broadcast_object
+assert hvd.allreduce is hora.tensorflow.allreduce and allgather is hora.tensorflow.allgather
+assert horovod.tensorflow.mpi_ops is hora.tensorflow.mpi_ops is sys.modules['horovod.tensorflow.mpi_ops']
+assert hvd.HorovodInternalError is hora.tensorflow.HoraInternalError
+missing = [n for n in dir(hora.tensorflow) if not n.startswith('_') and not hasattr(hvd, n)]
+assert not missing, missing
+hvd.init()
+print(hvd.allreduce(tf.constant([1.0, 2.0]), op=hvd.Sum).numpy().tolist(), hora.tensorflow.size())
+hvd.shutdown()
+""", env | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert out.strip() == "[1.0, 2.0] 1"
+
+
 def test_one_state_under_both_names(compat):
     _, env = compat
     out = python("""

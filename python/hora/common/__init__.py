@@ -12,6 +12,7 @@ turns its framework's tensors into buffers and back, and adds what is its framew
     handles        the int handles of async calls: poll, synchronize
     elastic        the elastic run loop and the State / ObjectState base classes
     identity       the rank numbers, asked from the engine once per generation
+    native         hands the engine to a framework's native op library (hora.tensorflow's)
 
 Nothing is imported here: a frontend imports the modules it uses.
 """

@@ -107,3 +107,14 @@ def root_index(root_rank, process_set):
     if root_rank not in process_set.ranks:
         raise ValueError(f"broadcast: root rank {root_rank} is not a member of {process_set}")
     return process_set.ranks.index(root_rank)
+
+
+def process_set_by_id(process_set_id):
+    """A ProcessSet object for a registered id (e.g. one a graph op recorded as an attr): the
+    global set for 0, else the set's ranks as the engine knows them (Horovod's
+    _temp_process_set_object)."""
+    if process_set_id == 0:
+        return global_process_set
+    ps = ProcessSet(_core.process_set_ranks(process_set_id))
+    ps.process_set_id = process_set_id
+    return ps

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 from hora.common.process_sets import global_process_set
 from hora.tensorflow.mpi_ops import allgather, broadcast, broadcast_, rank
-from hora.tensorflow.util import _cache, _executing_eagerly, _make_subgraph
+from hora.tensorflow.util import _cache, _executing_eagerly, _make_subgraph, _tf_variable
 
 
 @_cache
@@ -29,8 +29,9 @@ def _make_broadcast_group_fn():
 def broadcast_variables(variables, root_rank, process_set=global_process_set, inplace=False):
     """Gives every variable of every process of the set the value it has on `root_rank`.
     inplace: Horovod's in-place broadcast (hora assigns the broadcast values either way)."""
+    variables = [_tf_variable(v) for v in variables]  # Keras 3's become tensors in a tf.function
     if inplace:
-        return broadcast_(list(variables), root_rank, process_set=process_set)
+        return broadcast_(variables, root_rank, process_set=process_set)
     return _make_broadcast_group_fn()(variables, root_rank, process_set)
 
 

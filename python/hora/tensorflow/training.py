@@ -14,7 +14,7 @@ from hora.common.process_sets import global_process_set
 from hora.tensorflow.collectives import allreduce, grouped_allreduce
 from hora.tensorflow.compression import Compression
 from hora.tensorflow.mpi_ops import Adasum, Average, process_set_included_op, size_op
-from hora.tensorflow.util import _cache, _executing_eagerly, _make_subgraph, refs_to_vars, vars_to_refs
+from hora.tensorflow.util import _cache, _executing_eagerly, _key, _make_subgraph, refs_to_vars, vars_to_refs
 
 
 def _reduce_cond(reduce, identity, process_set):
@@ -54,11 +54,11 @@ def _groups_of(grads, variables, groups):
     """[(indices, grads)] of each group: explicit lists of variables (the rest one group each),
     or `groups` near-equal consecutive groups."""
     if isinstance(groups, list):
-        by_name = {v.name: (i, g) for i, (v, g) in enumerate(zip(variables, grads)) if g is not None}
+        by_key = {_key(v): (i, g) for i, (v, g) in enumerate(zip(variables, grads)) if g is not None}
         split = []
         for group in groups:
-            split.append([by_name.pop(v.name) for v in group if v.name in by_name])
-        split.extend([pair] for pair in by_name.values())
+            split.append([by_key.pop(_key(v)) for v in group if _key(v) in by_key])
+        split.extend([pair] for pair in by_key.values())
     else:
         split = _split_list([(i, g) for i, g in enumerate(grads) if g is not None], groups)
     return [tuple(zip(*group)) for group in split if group]
@@ -142,13 +142,13 @@ class _DistributedGradientTape(tf.GradientTape):
     def register_local_source(self, source):
         """Keeps `source`'s gradient local: it is not reduced (only scaled, see
         scale_local_gradients)."""
-        self._local_sources.add(source.ref())
+        self._local_sources.add(_key(source))
 
     def gradient(self, target, sources, output_gradients=None, use_generic_names=False):
         gradients = super(self.__class__, self).gradient(target, sources, output_gradients)
         flat_sources = tf.nest.flatten(sources)
         flat_grads = tf.nest.flatten(gradients, expand_composites=False)
-        shared = [i for i, s in enumerate(flat_sources) if s.ref() not in self._local_sources]
+        shared = [i for i, s in enumerate(flat_sources) if _key(s) not in self._local_sources]
         reduced = self._allreduce_grads([flat_grads[i] for i in shared], [flat_sources[i] for i in shared],
                                         use_generic_names)
         out = list(flat_grads)
@@ -156,7 +156,7 @@ class _DistributedGradientTape(tf.GradientTape):
             out[i] = g
         if self.scale_local_gradients and self._local_sources:
             for i, s in enumerate(flat_sources):
-                if s.ref() in self._local_sources and out[i] is not None:
+                if _key(s) in self._local_sources and out[i] is not None:
                     out[i] = _scale_local(out[i], self.process_set)
         return tf.nest.pack_sequence_as(sources, out)
 
@@ -165,7 +165,7 @@ class _DistributedGradientTape(tf.GradientTape):
         gradients = self.gradient(target, sources, output_gradients, use_generic_names)
         local, shared = [], []
         for s, g in zip(sources, gradients):
-            (local if s.ref() in self._local_sources else shared).append((s, g))
+            (local if _key(s) in self._local_sources else shared).append((s, g))
         return local, shared
 
 
@@ -230,18 +230,18 @@ if _LegacyOptimizer is not None:
 
         def register_local_var(self, var):
             """Keeps `var`'s gradient local (not reduced)."""
-            self._local_vars.add(var.ref())
+            self._local_vars.add(_key(var))
 
         def compute_gradients(self, *args, **kwargs):
             """The wrapped optimizer's gradients, averaged across the set."""
             grads, variables = zip(*self._optimizer.compute_gradients(*args, **kwargs))
-            shared = [i for i, v in enumerate(variables) if v.ref() not in self._local_vars]
+            shared = [i for i, v in enumerate(variables) if _key(v) not in self._local_vars]
             reduced = self._allreduce_grads([grads[i] for i in shared], [variables[i] for i in shared])
             out = list(grads)
             for i, g in zip(shared, reduced):
                 out[i] = g
             if self.scale_local_gradients and self._local_vars:
-                out = [_scale_local(g, self.process_set) if v.ref() in self._local_vars and g is not None else g
+                out = [_scale_local(g, self.process_set) if _key(v) in self._local_vars and g is not None else g
                        for g, v in zip(out, variables)]
             return list(zip(out, variables))
 

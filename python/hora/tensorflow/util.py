@@ -28,11 +28,24 @@ def _cache(f):
     return wrapper
 
 
+def _tf_variable(v):
+    """The tf.Variable behind a Keras 3 variable (which is no tf.Variable, has no ref() and is
+    not hashable), or v itself."""
+    if not isinstance(v, tf.Variable) and isinstance(getattr(v, "value", None), tf.Variable):
+        return v.value
+    return v
+
+
+def _key(v):
+    """A hashable key of a variable or tensor, the same for a Keras 3 variable and its tf.Variable."""
+    return _tf_variable(v).ref()
+
+
 def vars_to_refs(variables):
     """Hashable references of (nested lists of) variables, for _cache's keys."""
     if isinstance(variables, list):
         return tuple(vars_to_refs(v) for v in variables)
-    return variables.ref()
+    return _key(variables)
 
 
 def refs_to_vars(refs):

@@ -1,6 +1,7 @@
 """The `horovod` name, answered by hora (installed only on request: see hora's README).
 
-Unchanged Horovod scripts import `horovod.torch` and call `horovod.run`; both resolve to hora.
+Unchanged Horovod scripts import `horovod.torch` or `horovod.tensorflow` and call `horovod.run`; all
+resolve to hora.
 """
 
 from horovod.runner import run

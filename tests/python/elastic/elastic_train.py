@@ -4,7 +4,8 @@ a synthetic dataset with hora.torch.elastic's TorchState and ElasticSampler.
 Every step allgathers the indices of the samples each rank trained on; rank 0 keeps them with
 the state and appends them to --log at each commit, so the log holds exactly the committed
 work: a test checks that every sample of every epoch is there exactly once, across resets.
-Each step prints "step <time> gen=<generation> rank=<rank> size=<size> pid=<pid> ...".
+Each step prints "step <time> gen=<generation> rank=<rank> size=<size> pid=<pid> ...". Before
+hvd.init() it prints the rank variables horarun started it with, as scripts read them.
 """
 
 import argparse
@@ -26,6 +27,9 @@ p.add_argument("--commit-every", type=int, default=2)
 p.add_argument("--step-sleep", type=float, default=0.05)
 args = p.parse_args()
 
+print("started with " + " ".join(f"{name}={os.environ.get('HOROVOD_' + name)}" for name in
+                                 ("HOSTNAME", "RANK", "SIZE", "LOCAL_RANK", "LOCAL_SIZE", "CROSS_RANK", "CROSS_SIZE")),
+      flush=True)
 hvd.init()
 torch.manual_seed(0)
 dataset = TensorDataset(torch.randn(args.samples, 4), torch.randn(args.samples, 1), torch.arange(args.samples))

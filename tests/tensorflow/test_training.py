@@ -1,0 +1,176 @@
+"""Training with hora.tensorflow against numpy: the distributed tapes and the TF1 optimizer
+average the ranks' gradients, SyncBatchNormalization normalizes with the global batch's
+statistics, process sets reduce over their members, and the elastic states save, restore and
+sync."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import hora.tensorflow as hvd
+from conftest import per_rank, run
+
+
+def linear_data(r):
+    """Rank r's batch for the loss sum((x @ w - y)^2)."""
+    return per_rank(r, (5, 3), np.float32, 40), per_rank(r, (5, 2), np.float32, 41)
+
+
+def linear_grad(w, r):
+    x, y = linear_data(r)
+    return 2 * x.T @ (x @ w - y)
+
+
+W0 = np.arange(6, dtype=np.float32).reshape(3, 2) / 10
+
+
+@pytest.mark.parametrize("options", [{}, {"groups": 1}, {"compression": hvd.Compression.fp16},
+                                     {"op": hvd.Sum}, {"gradient_predivide_factor": 2.0}])
+def test_distributed_gradient_tape_averages(options, mode):
+    w = tf.Variable(W0)
+    b = tf.Variable(tf.zeros([2]))
+    x, y = (tf.constant(a) for a in linear_data(hvd.rank()))
+
+    def fn():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.square(x @ w + b - y))
+        return hvd.DistributedGradientTape(tape, **options).gradient(loss, [w, b])
+
+    gw, gb = run(mode, fn)
+    grads = [linear_grad(W0, r) for r in range(hvd.size())]
+    want = np.sum(grads, axis=0) if options.get("op") == hvd.Sum else np.mean(grads, axis=0)
+    tol = 2e-2 if "compression" in options else 1e-4
+    np.testing.assert_allclose(gw, want, rtol=tol, atol=tol)
+    residuals = [2 * (linear_data(r)[0] @ W0 - linear_data(r)[1]).sum(axis=0) for r in range(hvd.size())]
+    want_b = np.sum(residuals, axis=0) if options.get("op") == hvd.Sum else np.mean(residuals, axis=0)
+    np.testing.assert_allclose(gb, want_b, rtol=tol, atol=tol)
+
+
+def test_sparse_gradients_with_and_without_dense(mode):
+    table = tf.Variable(np.arange(12, dtype=np.float32).reshape(6, 2))
+    ids = tf.constant([hvd.rank() % 6, (hvd.rank() + 2) % 6])
+
+    def fn(sparse_as_dense):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(tf.gather(table, ids))
+        grad = hvd.DistributedGradientTape(tape, sparse_as_dense=sparse_as_dense).gradient(loss, [table])[0]
+        return tf.convert_to_tensor(grad)
+
+    want = np.zeros((6, 2), np.float32)
+    for r in range(hvd.size()):
+        for i in (r % 6, (r + 2) % 6):
+            want[i] += 1.0 / hvd.size()
+    np.testing.assert_allclose(run(mode, lambda: fn(False)), want, rtol=1e-6)
+    np.testing.assert_allclose(run(mode, lambda: fn(True)), want, rtol=1e-6)
+
+
+def test_partial_tape_keeps_local_layers_local():
+    shared = tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(W0))
+    local = tf.keras.layers.Dense(2, use_bias=False, kernel_initializer=tf.constant_initializer(np.eye(2)))
+    x, y = (tf.constant(a) for a in linear_data(hvd.rank()))
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.square(local(shared(x)) - y))
+    tape = hvd.PartialDistributedGradientTape(tape, local_layers=[local])
+    g_shared, g_local = tape.gradient(loss, [shared.kernel, local.kernel])
+    np.testing.assert_allclose(g_shared, np.mean([linear_grad(W0, r) for r in range(hvd.size())], axis=0),
+                               rtol=1e-4, atol=1e-4)
+    mine_x, mine_y = linear_data(hvd.rank())
+    hidden = mine_x @ W0
+    np.testing.assert_allclose(g_local, 2 * hidden.T @ (hidden - mine_y) / hvd.size(), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError):
+        hvd.PartialDistributedGradientTape(tf.GradientTape(), local_layers=["not a layer"])
+
+
+def test_tf1_distributed_optimizer_averages_before_applying():
+    w = tf.Variable(W0)
+    x, y = (tf.constant(a) for a in linear_data(hvd.rank()))
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    grads_and_vars = opt.compute_gradients(lambda: tf.reduce_sum(tf.square(x @ w - y)), var_list=[w])
+    opt.apply_gradients(grads_and_vars)
+    want = W0 - 0.1 * np.mean([linear_grad(W0, r) for r in range(hvd.size())], axis=0)
+    np.testing.assert_allclose(w.numpy(), want, rtol=1e-4, atol=1e-5)
+    with pytest.raises(ValueError):
+        hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), op=hvd.Sum,
+                                 gradient_predivide_factor=2.0)
+
+
+def test_sync_batch_normalization_uses_the_global_batch(mode):
+    layer = hvd.SyncBatchNormalization(epsilon=1e-3, momentum=0.5)
+    inputs = [per_rank(r, (4, 3), np.float32, 42) for r in range(hvd.size())]
+    out = run(mode, lambda x: layer(x, training=True), tf.constant(inputs[hvd.rank()]))
+    everything = np.concatenate(inputs)
+    mean, var = everything.mean(axis=0), everything.var(axis=0)
+    np.testing.assert_allclose(out, (inputs[hvd.rank()] - mean) / np.sqrt(var + 1e-3), rtol=1e-3, atol=1e-3)
+    with pytest.raises(ValueError):
+        hvd.SyncBatchNormalization(fused=True)
+
+
+def test_process_sets_reduce_over_their_members(mode):
+    if hvd.size() < 2:
+        pytest.skip("a process set of some ranks needs two")
+    members = [0, 1] if hvd.size() > 2 else [1]  # the set of every rank exists already
+    subset = hvd.add_process_set(members)
+    try:
+        x = tf.constant([float(hvd.rank() + 1)] * 2)
+        if subset.included():
+            out = run(mode, lambda t: hvd.allreduce(t, op=hvd.Sum, process_set=subset), x)
+            np.testing.assert_allclose(out, [sum(r + 1.0 for r in members)] * 2)
+            root_value = run(mode, lambda t: hvd.broadcast(t, members[-1], process_set=subset), x)
+            np.testing.assert_allclose(root_value, [members[-1] + 1.0] * 2)
+            gathered = run(mode, lambda t: hvd.allgather(t, process_set=subset), x)
+            np.testing.assert_allclose(gathered, np.repeat([r + 1.0 for r in members], 2))
+            assert run(mode, lambda: hvd.size_op(subset.process_set_id)) == len(members)
+        assert run(mode, lambda: hvd.process_set_included_op(subset.process_set_id)) == int(subset.included())
+    finally:
+        assert hvd.remove_process_set(subset)
+
+
+def test_elastic_states_commit_restore_and_sync():
+    model = tf.keras.Sequential([tf.keras.layers.Dense(2, input_shape=(3,))])
+    model.build((None, 3))
+    opt = tf.keras.optimizers.SGD(0.1)
+    for var in model.variables:
+        var.assign(tf.fill(var.shape, float(hvd.rank() + 1)))
+    state = hvd.elastic.TensorFlowKerasState(model, opt, epoch=hvd.rank())
+    state.sync()  # rank 0's weights and epoch everywhere
+    assert state.epoch == 0
+    np.testing.assert_allclose(model.variables[0].numpy(), np.ones((3, 2)))
+    state.epoch = 5
+    model.variables[0].assign(tf.zeros((3, 2)))
+    state.restore()  # back to the last commit (the sync)
+    assert state.epoch == 0
+    np.testing.assert_allclose(model.variables[0].numpy(), np.ones((3, 2)))
+    state.epoch = 7
+    state.commit()
+    state.epoch = 8
+    state.restore()
+    assert state.epoch == 7
+    objects = hvd.elastic.ObjectState(batch=hvd.rank() * 10)
+    objects.sync()
+    assert objects.batch == 0
+    with pytest.raises(ValueError):
+        hvd.elastic.TensorFlowKerasState(tf.keras.Sequential([tf.keras.layers.Dense(1)]))
+
+
+def test_elastic_run_turns_lost_process_errors_into_hora_errors():
+    calls = []
+
+    class Once(hvd.elastic.ObjectState):
+        def restore(self):
+            calls.append("restore")
+            super().restore()
+
+    @hvd.elastic.run
+    def train(state):
+        calls.append("train")
+        if len(calls) == 1:
+            raise tf.errors.UnknownError(None, None, "peer lost")
+        return "done"
+
+    assert train(Once(step=0)) == "done"
+    assert calls == ["train", "restore", "train"]
+
+
+def test_broadcast_global_variables_is_tf1_only():
+    with pytest.raises(RuntimeError):
+        hvd.broadcast_global_variables(0)
