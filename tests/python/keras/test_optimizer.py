@@ -199,3 +199,11 @@ def test_values_collectives():
     np.testing.assert_array_equal(root, [n - 1 + 10] * 3)
     total = n * np.arange(2.0 * n) + sum(range(n))
     np.testing.assert_allclose(scattered, total[2 * r:2 * r + 2])
+
+
+def test_the_tutorials_help_lookups_have_docstrings():
+    """The tutorial shows its readers ?hvd.rank, ?hvd.local_rank, ?hvd.size,
+    ?hvd.DistributedOptimizer and ?hvd.callbacks.<the two callbacks>."""
+    for thing in (hvd.rank, hvd.local_rank, hvd.size, hvd.DistributedOptimizer,
+                  hvd.callbacks.BroadcastGlobalVariablesCallback, hvd.callbacks.MetricAverageCallback):
+        assert thing.__doc__ and len(thing.__doc__.strip()) > 20, thing
