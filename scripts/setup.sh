@@ -68,6 +68,9 @@ if [ ! -x .venv-tf2/bin/python ]; then
   /usr/bin/python3 -m venv .venv-tf2
 fi
 pip_pins .venv-tf2 tensorflow-cpu==2.21.0 pytest==9.2.0 cloudpickle==3.1.3
+# The Keras example's ImageDataGenerator shifts its images with scipy.ndimage (Debian's scipy, in
+# .venv, is built for numpy 1).
+pip_pins .venv-tf2 scipy==1.17.1
 
 build=${HORA_BUILD_DIR:-build/release}
 if [ ! -f "$build/CMakeCache.txt" ]; then
