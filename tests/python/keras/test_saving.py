@@ -33,24 +33,37 @@ def optimizer_state(optimizer):
     return [np.asarray(v.numpy()).tolist() for v in optimizer.variables]
 
 
-@pytest.mark.parametrize("suffix", FORMATS)
-def test_a_saved_model_loads_without_hora(tmp_path, suffix):
-    model, path = trained(tmp_path, suffix, tf.keras.optimizers.SGD(learning_rate=0.05, momentum=0.9))
-    load = f"""
+LOAD_WITHOUT_HORA = """
 import json, sys
-import numpy as np, tensorflow as tf
-model = tf.keras.models.load_model({path!r})
+import tensorflow as tf
+for path in sys.argv[1:]:
+    model = tf.keras.models.load_model(path)
+    opt = model.optimizer
+    print(json.dumps(dict(cls=type(opt).__module__ + '.' + type(opt).__name__,
+                          bases=[b.__module__ for b in type(opt).__mro__],
+                          lr=float(opt.learning_rate.numpy()), iterations=int(opt.iterations.numpy()),
+                          weights=[w.tolist() for w in model.get_weights()])))
 assert not any(name == 'hora' or name.startswith('hora.') for name in sys.modules), 'hora was imported'
-opt = model.optimizer
-print(json.dumps(dict(cls=type(opt).__module__ + '.' + type(opt).__name__,
-                      bases=[b.__module__ for b in type(opt).__mro__],
-                      lr=float(opt.learning_rate.numpy()), iterations=int(opt.iterations.numpy()),
-                      weights=[w.tolist() for w in model.get_weights()])))
 """
+
+
+@pytest.fixture(scope="module")
+def loaded_without_hora(tmp_path_factory):
+    """Models saved in each format, and what one process that never imports hora read back."""
+    tmp_path = tmp_path_factory.mktemp("saved")
+    saved = [trained(tmp_path, suffix, tf.keras.optimizers.SGD(learning_rate=0.05, momentum=0.9))
+             for suffix in FORMATS]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "HOROVOD_"))}
-    done = subprocess.run([sys.executable, "-c", load], capture_output=True, text=True, timeout=300, env=env)
+    done = subprocess.run([sys.executable, "-c", LOAD_WITHOUT_HORA] + [path for _, path in saved],
+                          capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
-    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stdout.strip().splitlines()[-len(FORMATS):]
+    return {suffix: (model, json.loads(line)) for suffix, (model, _), line in zip(FORMATS, saved, lines)}
+
+
+@pytest.mark.parametrize("suffix", FORMATS)
+def test_a_saved_model_loads_without_hora(loaded_without_hora, suffix):
+    model, loaded = loaded_without_hora[suffix]
     assert loaded["cls"] == type(model.optimizer).__module__ + ".SGD"
     assert not any(b.startswith("hora") for b in loaded["bases"])
     assert loaded["lr"] == pytest.approx(0.05) and loaded["iterations"] == 2
