@@ -22,6 +22,7 @@
 #include "launcher/forwarded_env.h"
 #include "launcher/host_discovery.h"
 #include "launcher/host_plan.h"
+#include "launcher/host_resolution.h"
 #include "launcher/remote.h"
 #include "launcher/worker_set.h"
 #include "rendezvous/tcp_store.h"
@@ -342,22 +343,8 @@ int runElasticJob(const JobFlags& f, const Env& worker_env) {
     auto found = discovery.discover(std::chrono::seconds(30));
     if (!found) throw InvalidArgumentError("--host-discovery-script " + f.elastic.discovery_script + " failed at start");
     hosts = *found;
-  } else if (!f.hosts.empty() || !f.hostfile.empty()) {
-    if (!f.hostfile.empty()) {
-      std::ifstream in(f.hostfile);
-      if (!in) throw InvalidArgumentError("--hostfile " + f.hostfile + ": cannot be read");
-      std::stringstream text;
-      text << in.rdbuf();
-      hosts = parseHostfile(text.str(), f.hostfile);
-    } else {
-      hosts = parseHostList(f.hosts);
-    }
-    for (auto& h : hosts)
-      if (!h.slots_given && f.slots_per_host > 0) h.slots = f.slots_per_host;
   } else {
-    char name[256] = {};
-    ::gethostname(name, sizeof(name) - 1);
-    hosts = {{name, f.np, true}};
+    hosts = resolveHosts(f, common::Env::fromProcess(), f.np);
   }
   return ElasticDriver(f, worker_env, hosts).run();
 }

@@ -13,12 +13,10 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "common/crypto.h"
 #include "common/deadline.h"
@@ -30,6 +28,7 @@
 #include "launcher/host_agent.h"
 #include "launcher/hydra_ssh.h"
 #include "launcher/forwarded_env.h"
+#include "launcher/host_resolution.h"
 #include "launcher/hosts.h"
 #include "launcher/remote.h"
 #include "launcher/worker_set.h"
@@ -43,20 +42,6 @@ namespace {
 using namespace hora::launcher;
 using Env = std::map<std::string, std::string>;
 
-std::string localHostname() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  return name;
-}
-
-std::string readFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw hora::InvalidArgumentError("--hostfile " + path + ": cannot be read");
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 // Where the ranks run and where they find the store.
 struct JobPlan {
   std::vector<HostSlots> hosts;
@@ -68,15 +53,7 @@ struct JobPlan {
 
 JobPlan planJob(const JobFlags& f) {
   JobPlan plan;
-  plan.hosts = {{localHostname(), f.np}};
-  // Inside a Slurm allocation (salloc, sbatch) and given no hosts: the allocation's.
-  const auto env = hora::common::Env::fromProcess();
-  if (env.isSet("SLURM_JOB_NODELIST") && env.isSet("SLURM_TASKS_PER_NODE"))
-    plan.hosts = slurmAllocationHosts(env.getString("SLURM_JOB_NODELIST"), env.getString("SLURM_TASKS_PER_NODE"));
-  if (!f.hosts.empty()) plan.hosts = parseHostList(f.hosts);
-  if (!f.hostfile.empty()) plan.hosts = parseHostfile(readFile(f.hostfile), f.hostfile);
-  for (auto& h : plan.hosts)
-    if (!h.slots_given && f.slots_per_host > 0) h.slots = f.slots_per_host;
+  plan.hosts = resolveHosts(f, hora::common::Env::fromProcess(), f.np);
   plan.placements = placeRanks(plan.hosts, f.np);
   for (const auto& p : plan.placements) {
     if (plan.local.count(p.host)) continue;

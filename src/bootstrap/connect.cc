@@ -63,7 +63,7 @@ std::vector<transport::tcp::PeerConnection> connectTcpMesh(const Connection& c, 
   return peers;
 }
 
-// Note [mixed transfer sets]: shared memory with the ranks of this host, TCP with the rest.
+// Shared memory with the ranks of this host, TCP with the rest (Note [mixed transfer sets]).
 std::unique_ptr<transport::Transport> hybridTransport(Connection& c, std::vector<transport::tcp::PeerConnection> peers,
                                                       const CommunicatorOptions& options,
                                                       const transport::shm::ShmOptions& shm,

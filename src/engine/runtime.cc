@@ -151,7 +151,7 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
         "Tensor '" + request.name + "' is already in flight on this rank: a name may be submitted again only "
         "after its previous submission completed; give concurrent operations different names")));
   }
-  // Note [buckets]: an allreduce nobody waits for yet may wait for company.
+  // An allreduce nobody waits for yet may wait for company (Note [buckets]).
   const bool may_hold = request.op == CollectiveKind::kAllreduce && !done && bucket_bytes_ > 0;
   auto state = std::make_shared<Handle::State>();
   state->callback = std::move(done);
@@ -365,9 +365,9 @@ std::vector<TuningRecord> Runtime::tuningHistory() const {
   return tuning_history_;
 }
 
-// Note [autotuning]: every rank is in this cycle (the control allreduce said rank 0 retunes), so
+// Every rank is in this cycle (the control allreduce said rank 0 retunes), so
 // every rank joins the broadcast and applies the same parameters before anything of this cycle
-// runs. A rank without HORA_AUTOTUNE still follows rank 0.
+// runs. A rank without HORA_AUTOTUNE still follows rank 0 (Note [autotuning]).
 void Runtime::applyTuning() {
   ParameterManager::Wire wire{};
   if (tuner_ && rank_ == 0) wire = tuner_->proposal();

@@ -20,7 +20,7 @@
 #include "engine/executor.h"
 #include "engine/handle.h"
 #include "engine/negotiator.h"
-#include "engine/parameter_manager.h"
+#include "engine/autotune/parameter_manager.h"
 #include "engine/submission.h"
 #include "engine/timeline.h"
 #include "hora/engine.h"
@@ -46,8 +46,8 @@ class Runtime {
  private:
   void loop();
   void pinThread();  // on the engine thread, before its first cycle
-  // Note [idle engine]: returns when this rank has something to negotiate or another rank
-  // started a cycle.
+  // Returns when this rank has something to negotiate or another rank
+  // started a cycle (Note [idle engine]).
   void waitUntilSomeRankHasWork();
   // How long an idle engine may sleep: until the next stall check is due.
   std::chrono::milliseconds idleTimeout() const;
@@ -71,7 +71,7 @@ class Runtime {
   // "#41 allreduce 'grad.3' ok, #42 ..." : this rank's last operations, for stall messages.
   std::string recentOperations() const;
   void applyTimelineRequest();
-  // Note [autotuning]: joins the broadcast of the coordinator's parameters and applies them.
+  // Joins the broadcast of the coordinator's parameters and applies them (Note [autotuning]).
   void applyTuning();
   // Tells the autotuner what this cycle allreduced.
   void recordForTuning(const std::vector<Response>& ran);

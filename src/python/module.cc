@@ -13,11 +13,12 @@
 #include <cctype>
 #include <memory>
 #include <mutex>
+#include <optional>
 
-#include "hora/engine_access.h"
 #include "hora/communicator.h"
 #include "hora/elastic.h"
 #include "hora/engine.h"
+#include "hora/engine_access.h"
 #include "hora/errors.h"
 
 namespace py = pybind11;
@@ -264,6 +265,15 @@ void accessEnqueue(const hora_engine_request* in, void* context, hora_engine_all
   }
 }
 
+// The global ranks of a process set, or nothing for a set the engine does not know.
+std::optional<std::vector<int>> ranksOf(const hora::Engine& e, int process_set) {
+  try {
+    return e.processSetRanks(process_set);
+  } catch (const hora::Error&) {
+    return std::nullopt;
+  }
+}
+
 int accessTopology(int what, int process_set) {
   const std::shared_ptr<hora::Engine> e = currentEngine();
   if (what == HORA_TOPOLOGY_INITIALIZED) return e != nullptr;
@@ -276,28 +286,20 @@ int accessTopology(int what, int process_set) {
     case HORA_TOPOLOGY_LOCAL_SIZE: return id.local_size;
     default: break;
   }
-  std::vector<int> ranks;
-  try {
-    ranks = e->processSetRanks(process_set);
-  } catch (const hora::Error&) {
-    return HORA_TOPOLOGY_ERROR_UNKNOWN_SET;
-  }
-  if (what == HORA_TOPOLOGY_SET_SIZE) return static_cast<int>(ranks.size());
-  if (what == HORA_TOPOLOGY_SET_INCLUDED) return std::find(ranks.begin(), ranks.end(), id.rank) != ranks.end();
+  const std::optional<std::vector<int>> ranks = ranksOf(*e, process_set);
+  if (!ranks) return HORA_TOPOLOGY_ERROR_UNKNOWN_SET;
+  if (what == HORA_TOPOLOGY_SET_SIZE) return static_cast<int>(ranks->size());
+  if (what == HORA_TOPOLOGY_SET_INCLUDED) return std::find(ranks->begin(), ranks->end(), id.rank) != ranks->end();
   return HORA_TOPOLOGY_ERROR_UNKNOWN_SET;
 }
 
 int accessMemberIndex(int process_set, int rank) {
   const std::shared_ptr<hora::Engine> e = currentEngine();
   if (!e) return HORA_TOPOLOGY_ERROR_INIT;
-  std::vector<int> ranks;
-  try {
-    ranks = e->processSetRanks(process_set);
-  } catch (const hora::Error&) {
-    return HORA_TOPOLOGY_ERROR_UNKNOWN_SET;
-  }
-  const auto at = std::find(ranks.begin(), ranks.end(), rank);
-  return at == ranks.end() ? -1 : static_cast<int>(at - ranks.begin());
+  const std::optional<std::vector<int>> ranks = ranksOf(*e, process_set);
+  if (!ranks) return HORA_TOPOLOGY_ERROR_UNKNOWN_SET;
+  const auto at = std::find(ranks->begin(), ranks->end(), rank);
+  return at == ranks->end() ? -1 : static_cast<int>(at - ranks->begin());
 }
 
 const hora_engine_access kEngineAccess = {HORA_ENGINE_ACCESS_VERSION, sizeof(hora_engine_access), &accessEnqueue,

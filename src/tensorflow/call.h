@@ -18,8 +18,7 @@
 
 namespace hora::tf {
 
-// Note [asynchronous kernels]
-// TF_NewAsyncKernelBuilder gives the kernel a TF_AsyncOpKernelDoneCallback*, which points at
+// Note [asynchronous kernels]: TF_NewAsyncKernelBuilder gives the kernel a TF_AsyncOpKernelDoneCallback*, which points at
 // the std::function<void()> that TensorFlow's CAsyncOpKernel::ComputeAsync received by value
 // (tensorflow/c/kernels.cc, in 2.15 as in 2.21): it dies when ComputeAsync returns, so the C
 // API by itself lets a kernel finish only before returning. A kernel that completes later must

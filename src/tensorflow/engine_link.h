@@ -28,6 +28,6 @@ TF_Code codeOf(hora_status status);
 
 }  // namespace hora::tf
 
-// Called by hora.tensorflow through ctypes with hora._core.engine_access(); returns 0, or -1 when
+// Called by hora.common.native.attach (ctypes) with hora._core.engine_access(); returns 0, or -1 when
 // the table's version is not the one this library was built for.
 extern "C" __attribute__((visibility("default"))) int hora_attach_engine(const hora_engine_access* access);

@@ -216,6 +216,9 @@ void computeAsync(void* kernel, TF_OpKernelContext* ctx, TF_AsyncOpKernelDoneCal
       if (Call::Part* p = addInput(*call, k, i, n, same_shape)) {
         p->request.op = Kind;
         p->request.root = root;
+        if (Kind == static_cast<int>(CollectiveKind::kReducescatter) && p->shape.empty())
+          call->fail(TF_FAILED_PRECONDITION, p->name + ": a rank-zero (scalar) tensor cannot be reduce-scattered; "
+                                                       "give it at least one dimension");
       }
     }
   }

@@ -10,8 +10,8 @@
 #include <random>
 #include <sstream>
 
-#include "engine/bayesian_optimizer.h"
-#include "engine/parameter_manager.h"
+#include "engine/autotune/bayesian_optimizer.h"
+#include "engine/autotune/parameter_manager.h"
 #include "engine_test_util.h"
 #include "expect_error.h"
 

@@ -48,8 +48,8 @@ TEST(Engine, SteadyStateNeedsNoFullNegotiation) {
   }));
 }
 
-// Note [buckets]: allreduces below HORA_BUCKET_BYTES that nobody waits for start no cycle; a
-// poll (or a wait) asks for them and they all run; a bucket's worth starts a cycle by itself.
+// Allreduces below HORA_BUCKET_BYTES that nobody waits for start no cycle; a
+// poll (or a wait) asks for them and they all run; a bucket's worth starts a cycle by itself (Note [buckets]).
 TEST(Engine, AllreducesWaitForABucketOrForSomeoneWhoWantsThem) {
   EngineOptions o;
   o.bucket_bytes = 64 << 10;

@@ -1,4 +1,4 @@
-"""The autotuner's Gaussian process (src/engine/gaussian_process.h) against a numpy reference
+"""The autotuner's Gaussian process (src/engine/autotune/gaussian_process.h) against a numpy reference
 written from the textbook formulas (Rasmussen & Williams, algorithm 2.1, with numpy's own
 solve instead of a Cholesky factorisation)."""
 

@@ -43,6 +43,11 @@ def test_bad_arguments_are_invalid_argument(mode):
         run(mode, lambda t: hvd.broadcast(t, hvd.size() + 3), tf.ones([2]))
 
 
+def test_a_scalar_cannot_be_reduce_scattered(mode):
+    with pytest.raises(tf.errors.FailedPreconditionError, match="rank-zero"):
+        run(mode, lambda t: hvd.reducescatter(t), tf.constant(1.0))
+
+
 def test_a_type_hora_cannot_reduce_is_refused_before_running():
     with pytest.raises((TypeError, tf.errors.InvalidArgumentError)):
         hvd.allreduce(tf.constant(["a"]))

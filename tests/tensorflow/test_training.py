@@ -174,3 +174,47 @@ def test_elastic_run_turns_lost_process_errors_into_hora_errors():
 def test_broadcast_global_variables_is_tf1_only():
     with pytest.raises(RuntimeError):
         hvd.broadcast_global_variables(0)
+
+
+def test_the_readme_recipe_trains_every_rank_alike():
+    """README's quick start: a tape in a tf.function, variables broadcast after the first step;
+    the ranks start from different weights and end with the same ones."""
+    tf.random.set_seed(hvd.rank())
+    model = tf.keras.Sequential([tf.keras.layers.Dense(8, activation="relu"), tf.keras.layers.Dense(1)])
+    loss_fn = tf.keras.losses.MeanSquaredError()
+    opt = tf.keras.optimizers.SGD(0.01 * hvd.size(), momentum=0.9)
+
+    @tf.function
+    def step(x, y, first):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True))
+        tape = hvd.DistributedGradientTape(tape)
+        opt.apply_gradients(zip(tape.gradient(loss, model.trainable_variables), model.trainable_variables))
+        if first:
+            hvd.broadcast_variables(model.variables, root_rank=0)
+            hvd.broadcast_variables(opt.variables, root_rank=0)
+        return loss
+
+    for i in range(5):
+        x = per_rank(hvd.rank(), (16, 4), np.float32, 50 + i)
+        step(tf.constant(x), tf.constant(x.sum(axis=1, keepdims=True)), i == 0)
+    weights = tf.concat([tf.reshape(v, [-1]) for v in model.variables], axis=0)
+    np.testing.assert_array_equal(hvd.allreduce(weights, op=hvd.Min).numpy(), hvd.allreduce(weights, op=hvd.Max).numpy())
+
+
+def test_tf1_graph_and_session():
+    """TF1 code: the ops in a tf.Graph run by a Session; the hook broadcasts the global
+    variables, broadcast_object_fn objects."""
+    with tf.Graph().as_default():
+        v = tf.compat.v1.get_variable("v", initializer=tf.constant([float(hvd.rank() + 1)] * 3))
+        hook = hvd.BroadcastGlobalVariablesHook(0)
+        hook.begin()
+        total = hvd.allreduce(v.read_value(), op=hvd.Sum)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            hook.after_create_session(session, None)
+            np.testing.assert_allclose(session.run(v), [1.0] * 3)
+            np.testing.assert_allclose(session.run(total), [float(hvd.size())] * 3)
+            bcast = hvd.broadcast_object_fn(root_rank=0, session=session)
+            assert bcast({"rank": hvd.rank()}) == {"rank": 0}
+            assert hvd.broadcast_object([hvd.rank()], session=session, name="graph.obj") == [0]

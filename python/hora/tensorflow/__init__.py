@@ -17,7 +17,8 @@ from hora.common.process_sets import ProcessSet, add_process_set, global_process
 from hora.tensorflow import elastic  # noqa: F401
 from hora.tensorflow.collectives import allreduce, grouped_allreduce, grouped_reducescatter, reducescatter  # noqa: F401
 from hora.tensorflow.compression import Compression  # noqa: F401
-from hora.tensorflow.functions import allgather_object, broadcast_object, broadcast_variables  # noqa: F401
+from hora.tensorflow.functions import (allgather_object, broadcast_object, broadcast_object_fn,  # noqa: F401
+                                      broadcast_variables)
 from hora.tensorflow.mpi_ops import (Adasum, Average, Max, Min, Product, Sum, _allreduce,  # noqa: F401
                                      _grouped_allreduce, _grouped_reducescatter, _reducescatter, allgather,
                                      alltoall, broadcast, broadcast_, check_num_rank_power_of_2, grouped_allgather,
@@ -40,3 +41,22 @@ def broadcast_global_variables(root_rank):
         raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution. "
                            "Please use `hvd.broadcast_variables(<model/optimizer variables>)` instead.")
     return broadcast_variables(tf.compat.v1.global_variables(), root_rank)
+
+
+class BroadcastGlobalVariablesHook(tf.compat.v1.train.SessionRunHook):
+    """TF1 sessions: broadcasts every global variable from root_rank once the session exists
+    (after initialization or a restore), so that every process starts alike."""
+
+    def __init__(self, root_rank, device=""):
+        super().__init__()
+        self.root_rank = root_rank
+        self.bcast_op = None
+        self.device = device
+
+    def begin(self):
+        if not self.bcast_op or self.bcast_op.graph != tf.compat.v1.get_default_graph():
+            with tf.device(self.device):
+                self.bcast_op = broadcast_global_variables(self.root_rank)
+
+    def after_create_session(self, session, coord):
+        session.run(self.bcast_op)

@@ -60,6 +60,32 @@ def broadcast_object(obj, root_rank=0, session=None, name=None, process_set=glob
     return obj
 
 
+def broadcast_object_fn(root_rank=0, session=None, name=None, process_set=global_process_set):
+    """TF1 graphs: a function obj -> root_rank's obj, whose broadcasts are built once here (on
+    placeholders) and run in `session` (the default one) at each call."""
+    name = name or "broadcast_object_fn"
+    v1 = tf.compat.v1
+    size_in = v1.placeholder(tf.int32, [1], name="bcast_object_size")
+    size_out = broadcast(size_in, root_rank, name + ".sz", process_set=process_set)
+    data_in = v1.placeholder(tf.uint8, [None], name="bcast_object_data")
+    data_out = broadcast(data_in, root_rank, name + ".t", process_set=process_set)
+    session = session or v1.get_default_session()
+
+    def bcast(obj):
+        if rank() == root_rank:
+            buffer = io.BytesIO()
+            cloudpickle.dump(obj, buffer)
+            data = bytearray(buffer.getvalue())
+            session.run(size_out, feed_dict={size_in: [len(data)]})
+        else:
+            length = session.run(size_out, feed_dict={size_in: [0]})
+            data = bytearray(int(length[0]))
+        data = session.run(data_out, feed_dict={data_in: list(data)})
+        return obj if rank() == root_rank else cloudpickle.load(io.BytesIO(data.tobytes()))
+
+    return bcast
+
+
 def allgather_object(obj, session=None, name=None, process_set=global_process_set):
     """The list of every process's `obj` (serialized with cloudpickle), in rank order."""
     name = name or type(obj).__name__

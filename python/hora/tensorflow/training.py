@@ -282,9 +282,10 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         raise ValueError("op == Adasum is not supported yet with Keras")
     # Looked up when called: hora.tensorflow.keras is built on this package and imports it.
     hora_keras = importlib.import_module("hora.tensorflow.keras")
+    # op and groups go along too (Horovod drops them here, so its op=Sum averages all the same).
     return hora_keras.DistributedOptimizer(optimizer=optimizer, name=name, device_dense=device_dense,
                                            device_sparse=device_sparse, compression=compression,
-                                           sparse_as_dense=sparse_as_dense,
+                                           sparse_as_dense=sparse_as_dense, op=op, groups=groups,
                                            gradient_predivide_factor=gradient_predivide_factor,
                                            backward_passes_per_step=backward_passes_per_step,
                                            average_aggregated_gradients=average_aggregated_gradients,

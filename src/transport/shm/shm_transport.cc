@@ -190,7 +190,7 @@ bool ShmTransport::progressSend(int peer, Lane& lane, const OpTag& tag) {
       progressed = true;
     }
     if (progressed) {
-      ch.written.store(w, std::memory_order_seq_cst);  // Note [shm rings]: publish, then look
+      ch.written.store(w, std::memory_order_seq_cst);  // publish, then look (Note [shm rings])
       ring(peer, true);
     }
     if (!last) break;  // waiting for room or for `ready`
@@ -280,7 +280,7 @@ bool ShmTransport::canProgress() const {
 
 void ShmTransport::sleepOnDoorbell(const common::Deadline& deadline) {
   auto& h = inboxes_[static_cast<size_t>(rank_)]->header;
-  h.sleeping.store(kOnFutex, std::memory_order_seq_cst);  // Note [shm rings]: announce, then look
+  h.sleeping.store(kOnFutex, std::memory_order_seq_cst);  // announce, then look (Note [shm rings])
   const uint32_t bell = h.doorbell.load(std::memory_order_seq_cst);
   if (!canProgress()) {
     const auto slice = std::min<std::chrono::milliseconds>(
@@ -308,8 +308,8 @@ bool ShmTransport::drainSocket(int peer) {
   }
 }
 
-// Note [shm liveness]: a peer this rank waits for whose socket closed is gone; what it wrote
-// before is still in the ring, so it is only an error once nothing more can move.
+// A peer this rank waits for whose socket closed is gone; what it wrote
+// before is still in the ring, so it is only an error once nothing more can move (Note [shm liveness]).
 void ShmTransport::checkPeers(const OpTag& tag) {
   std::vector<pollfd> fds;
   std::vector<int> waited_for;  // peers with transfers left; a peer that is done may leave

@@ -1,5 +1,5 @@
 // A test-only extension, kept out of hora._core: the autotuner's Gaussian process
-// (src/engine/gaussian_process.h) for tests/python/test_autotune_model.py, which checks it against
+// (src/engine/autotune/gaussian_process.h) for tests/python/test_autotune_model.py, which checks it against
 // numpy. Built with the tests into <build>/tests/python.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -7,7 +7,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/gaussian_process.h"
+#include "engine/autotune/gaussian_process.h"
 #include "hora/errors.h"
 
 namespace py = pybind11;

@@ -82,6 +82,28 @@ def test_join_average_is_the_correctly_rounded_mean(dtype):
         check_join_result(ret, first)
 
 
+@pytest.mark.parametrize("op_name", ["Sum", "Min", "Max", "Product"])
+@pytest.mark.parametrize("dtype", [torch.int32, torch.float32])
+def test_join_stands_in_with_zeros_for_every_op(op_name, dtype):
+    """The joined rank's contribution is a tensor of zeros, whatever the op (Horovod's): Min and
+    Max see the zeros, Product becomes 0."""
+    needs_peers()
+    op = getattr(hvd, op_name)
+    reduce = {"Sum": np.sum, "Min": np.min, "Max": np.max, "Product": np.prod}[op_name]
+    shape = [3, 5]
+    for first in range(hvd.size()):
+        if hvd.rank() == first:
+            ret = hvd.join()
+        else:
+            out = hvd.allreduce(per_rank(hvd.rank(), shape, dtype, seed=3), op=op, name=f"join.{op_name}")
+            ret = hvd.join()
+            inputs = [np.zeros(shape) if r == first else per_rank(r, shape, dtype, seed=3).numpy().astype(np.float64)
+                      for r in range(hvd.size())]
+            np.testing.assert_allclose(out.numpy().astype(np.float64), reduce(np.stack(inputs), axis=0),
+                                       rtol=0, atol=1e-5 if dtype.is_floating_point else 0)  # summed in float32
+        check_join_result(ret, first)
+
+
 def test_join_while_the_timeline_records(tmp_path_factory):
     """Horovod's test suite sets HOROVOD_TIMELINE: a join on a rank that records used to kill its
     engine, and the job never ended."""

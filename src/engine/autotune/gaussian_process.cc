@@ -1,4 +1,4 @@
-#include "engine/gaussian_process.h"
+#include "engine/autotune/gaussian_process.h"
 
 #include <cmath>
 #include <numbers>

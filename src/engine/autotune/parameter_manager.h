@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/bayesian_optimizer.h"
+#include "engine/autotune/bayesian_optimizer.h"
 #include "hora/engine.h"
 
 namespace hora::engine {

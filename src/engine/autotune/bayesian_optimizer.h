@@ -17,7 +17,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/gaussian_process.h"
+#include "engine/autotune/gaussian_process.h"
 
 namespace hora::engine {
 

@@ -1,4 +1,4 @@
-#include "engine/bayesian_optimizer.h"
+#include "engine/autotune/bayesian_optimizer.h"
 
 #include <algorithm>
 #include <cmath>

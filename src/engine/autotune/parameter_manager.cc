@@ -1,4 +1,4 @@
-#include "engine/parameter_manager.h"
+#include "engine/autotune/parameter_manager.h"
 
 #include <algorithm>
 #include <cmath>
