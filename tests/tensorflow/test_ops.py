@@ -257,3 +257,18 @@ def test_allreduces_of_one_function_are_fused():
     np.testing.assert_allclose([o.numpy() for o in out], [[hvd.size() * i] * 4 for i in range(8)])
     if hvd.size() > 1:
         assert _core.engine_stats()["fused_allreduces"] - before >= 5
+
+
+def test_bfloat16_reductions_and_gathers(mode):
+    inputs = all_inputs((4, 3), np.float32, seed=15)
+
+    def fn(x):
+        x = tf.cast(x, tf.bfloat16)
+        return (tf.cast(hvd.allreduce(x, op=hvd.Sum), tf.float32), tf.cast(hvd.allgather(x), tf.float32),
+                tf.cast(hvd.broadcast(x, 0), tf.float32))
+
+    total, gathered, root = run(mode, fn, tf.constant(inputs[hvd.rank()]))
+    rounded = [tf.cast(tf.cast(x, tf.bfloat16), tf.float32).numpy() for x in inputs]
+    np.testing.assert_allclose(total, np.sum(rounded, axis=0), rtol=2e-2, atol=5e-2)
+    np.testing.assert_array_equal(gathered, np.concatenate(rounded))
+    np.testing.assert_array_equal(root, rounded[0])
