@@ -73,6 +73,9 @@ pip_pins .venv-tf2 tensorflow-cpu==2.21.0 pytest==9.2.0 cloudpickle==3.1.3
 # hora.spark and hora.ray: pyspark and ray, at versions checked in one process with Debian's numpy
 # 1.24 and torch 1.13 (pip leaves numpy alone: neither pins it).
 pip_pins .venv pyspark==4.0.1 ray==2.50.1
+# The Keras example's ImageDataGenerator shifts its images with scipy.ndimage (Debian's scipy, in
+# .venv, is built for numpy 1).
+pip_pins .venv-tf2 scipy==1.17.1
 
 build=${HORA_BUILD_DIR:-build/release}
 if [ ! -f "$build/CMakeCache.txt" ]; then

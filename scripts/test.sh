@@ -18,7 +18,9 @@ run() {  # run NAME COMMAND...: records a failure instead of stopping, so every 
 jobs=$(nproc)
 run "release tests" ctest --test-dir build/release --output-on-failure --no-tests=error -j "$jobs" --timeout 900
 run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python \
-  --ignore=tests/python/spark --ignore=tests/python/ray
+  --ignore=tests/python/spark --ignore=tests/python/ray --ignore=tests/python/keras
+# (tests/python/keras runs below, on every rank of jobs, once per Keras generation.)
+
 # hora.spark and hora.ray on clusters the tests start and stop: a local-cluster Spark master (its
 # workers and executors are JVMs of their own), a Ray head; then both kinds of cluster across
 # namespace hosts (needs root: skipped otherwise). Every failure test has its own deadline; the
@@ -49,6 +51,12 @@ for np in 1 2 3; do
 done
 run "tensorflow tests (.venv-tf2) under horarun -np 2" .venv/bin/horarun -np 2 -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
   .venv-tf2/bin/python -m pytest -q -p no:cacheprovider tests/tensorflow
+# hora.tensorflow.keras and hora.keras in model.fit on every rank of a 2-rank job, under each Keras
+# generation: Keras 2 (.venv, TensorFlow 2.15) and Keras 3 (.venv-tf2, the newest TensorFlow).
+for venv in .venv .venv-tf2; do
+  run "keras tests ($venv) under horarun -np 2" timeout -k 10 900 .venv/bin/horarun -np 2 \
+    -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 $venv/bin/python -m pytest -q -p no:cacheprovider tests/python/keras
+done
 
 sanitized() {  # sanitized DIR SANITIZERS
   local dir=$1 san=$2

@@ -100,6 +100,37 @@ assert horovod.ray.RayExecutor is hora.ray.RayExecutor and horovod.ray.BaseHorov
 """, env)
 
 
+def test_horovod_keras_modules_are_horas(compat):
+    _, env = compat
+    out = python("""
+import sys
+import hora.keras, hora.tensorflow.keras, horovod.tensorflow.keras as hvd, horovod.keras
+import horovod.tensorflow.keras.callbacks, horovod.keras.elastic
+from horovod.tensorflow.keras.callbacks import BroadcastGlobalVariablesCallback
+assert hvd.DistributedOptimizer is hora.tensorflow.keras.DistributedOptimizer
+assert horovod.tensorflow.keras.callbacks is hora.tensorflow.keras.callbacks
+assert BroadcastGlobalVariablesCallback is hora.tensorflow.keras.callbacks.BroadcastGlobalVariablesCallback
+assert horovod.keras.elastic is hora.keras.elastic is sys.modules['horovod.keras.elastic']
+assert horovod.keras.PartialDistributedOptimizer is hora.keras.PartialDistributedOptimizer
+for alias, module in ((hvd, hora.tensorflow.keras), (horovod.keras, hora.keras)):
+    missing = [n for n in dir(module) if not n.startswith('_') and not hasattr(alias, n)]
+    assert not missing, missing
+print('ok')
+""", env | {"TF_CPP_MIN_LOG_LEVEL": "3"})
+    assert out.strip() == "ok"
+
+
+def test_a_horovod_keras_script_runs_unchanged(compat):
+    site, env = compat
+    done = subprocess.run([os.path.join(site, "bin", "horovodrun"), "-np", "2", sys.executable,
+                           os.path.join(SCRIPTS, "keras_horovod_api.py")],
+                          capture_output=True, text=True, env=env | {"TF_CPP_MIN_LOG_LEVEL": "3"}, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for r in range(2):
+        assert (f"[{r}]<stdout>:rank {r}: weights equal rank 0's: True, averaged loss equal on every rank: True"
+                in done.stdout), done.stdout[-3000:]
+
+
 def test_one_state_under_both_names(compat):
     _, env = compat
     out = python("""

@@ -43,26 +43,36 @@ def is_initialized():
 
 
 def rank():
+    """The rank of the calling process in the job: 0 to size() - 1. Rank 0 is where a
+    script logs and writes checkpoints."""
     return identity()["rank"]
 
 
 def size():
+    """The number of processes in the job."""
     return identity()["size"]
 
 
 def local_rank():
+    """The rank of the calling process among the processes on its host: 0 to local_size() - 1.
+    A process uses it to pick its GPU (one per process) or its share of the host."""
     return identity()["local_rank"]
 
 
 def local_size():
+    """The number of processes of the job on the calling process's host."""
     return identity()["local_size"]
 
 
 def cross_rank():
+    """The index of the calling process's host among the job's hosts (the rank among the
+    processes that have its local rank)."""
     return identity()["cross_rank"]
 
 
 def cross_size():
+    """The number of hosts of the job (the number of processes that have the calling process's
+    local rank)."""
     return identity()["cross_size"]
 
 

@@ -1,0 +1,260 @@
+"""DistributedOptimizer for Keras 2 and Keras 3 (hvd.DistributedOptimizer in hora.tensorflow.keras
+and hora.keras).
+
+Note [the wrapped class]: as Horovod does, the result is a new instance of a subclass of the
+wrapped optimizer's class, made from the wrapped optimizer's get_config(). The subclass has the
+same name and module as the wrapped class, so Keras serializes it exactly as the wrapped
+optimizer ("SGD" of keras.optimizers) and a saved model loads again without hora. It follows
+that only what get_config() holds carries over: hyper-parameters, not slots or iterations.
+
+Where the gradients are reduced depends on what model.fit calls (keras_version.py):
+- Keras 2: minimize() -> compute_gradients() (the 2.11+ optimizers) or _compute_gradients()
+  (the legacy OptimizerV2 ones, and get_gradients() in graph mode); hora reduces the gradients
+  these return, exactly where Horovod does. apply_gradients() itself does not reduce, so a custom
+  loop pairs it with a DistributedGradientTape, as with Horovod.
+- Keras 3: the train step calls apply_gradients() -> apply() with gradients it computed itself,
+  so Horovod's hooks never run there; hora reduces in apply(), the one method every Keras 3
+  update goes through.
+"""
+
+
+import warnings
+
+import hora.tensorflow as hvd
+from hora._keras.gradients import GradientReducer, LocalAggregator
+from hora._keras.keras_version import keras_generation
+
+
+class CallableList(list):
+    """The optimizer's variables, usable both as Keras 2.11+ and Keras 3 do (a property,
+    `opt.variables`) and as older code does (`opt.variables()`)."""
+
+    def __call__(self):
+        return self
+
+
+class _Settings:
+    """DistributedOptimizer's arguments, attached to the class that create() makes: Keras builds
+    instances through from_config(), which passes the wrapped optimizer's arguments only."""
+
+    def __init__(self, **kwargs):
+        self.__dict__.update(kwargs)
+
+
+class _DistributedBase:
+    """What the distributed optimizer adds in both Keras generations. It comes first in the
+    made class's bases, so super() reaches the wrapped optimizer's class."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        s = self._hora_settings
+        self._hora_reducer = GradientReducer(s.name or "Distributed" + type(self).__name__, s.compression,
+                                             s.sparse_as_dense, s.op, s.gradient_predivide_factor, s.groups,
+                                             s.process_set, s.scale_local_gradients)
+        self._hora_aggregator = None
+        if s.backward_passes_per_step > 1:
+            self._hora_aggregator = LocalAggregator(s.backward_passes_per_step, s.average_aggregated_gradients,
+                                                    self._hora_reducer)
+
+    @property
+    def process_set(self):
+        return self._hora_settings.process_set
+
+    @property
+    def variables(self):
+        base = super().variables
+        return CallableList(base() if callable(base) else base)
+
+    def register_local_var(self, var):
+        """Registers a variable as worker-local: its gradient is not reduced across ranks (and,
+        with scale_local_gradients, is divided by the size instead)."""
+        self._hora_reducer.register_local_var(var)
+
+    def _hora_gradients(self, grads, variables):
+        """The gradients this step applies: reduced now, or summed locally first when
+        backward_passes_per_step > 1."""
+        if self._hora_aggregator is not None:
+            return self._hora_aggregator.gradients(grads, variables)
+        return self._hora_reducer(grads, variables)
+
+
+class _Keras2Hooks(_DistributedBase):
+    """Keras 2: reduce what the gradient-computing methods return. Each optimizer family has
+    some of them and none calls another, so no gradient is reduced twice: compute_gradients
+    (2.11+), _compute_gradients and get_gradients (legacy OptimizerV2)."""
+
+    def compute_gradients(self, loss, var_list, tape=None):
+        return self._hora_reduce_pairs(super().compute_gradients(loss, var_list, tape))
+
+    def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
+        return self._hora_reduce_pairs(super()._compute_gradients(loss, var_list, grad_loss, tape))
+
+    def get_gradients(self, loss, params):
+        return self._hora_gradients(super().get_gradients(loss, params), params)
+
+    def _hora_reduce_pairs(self, grads_and_vars):
+        grads, variables = zip(*grads_and_vars)
+        return list(zip(self._hora_gradients(grads, variables), variables))
+
+    def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        if self._hora_aggregator is None:
+            return super().apply_gradients(grads_and_vars, *args, **kwargs)
+        grads_and_vars = list(grads_and_vars)  # a zip is read by both branches below
+        self._hora_aggregator.apply(lambda: super(_Keras2Hooks, self).apply_gradients(grads_and_vars, *args, **kwargs),
+                                    lambda: self.iterations.assign_add(1))
+        return self.iterations
+
+
+class _Keras3Hooks(_DistributedBase):
+    """Keras 3: reduce in apply(), which apply_gradients() and the train step go through."""
+
+    def apply(self, grads, trainable_variables=None):
+        # Without variables, Keras 3 applies to the ones the optimizer was built with.
+        variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
+        grads = self._hora_gradients(grads, variables)
+        if self._hora_aggregator is None:
+            return super().apply(grads, trainable_variables)
+        if not self.built:
+            self.build(variables)  # outside the tf.cond below: slots are made once, not per branch
+        self._hora_aggregator.apply(lambda: super(_Keras3Hooks, self).apply(grads, variables),
+                                    lambda: self.iterations.assign_add(1))
+
+
+def _hooks_for(optimizer_class):
+    return _Keras3Hooks if keras_generation(optimizer_class) >= 3 else _Keras2Hooks
+
+
+def create(optimizer, **settings):
+    """A distributed copy of `optimizer` (see Note [the wrapped class])."""
+    if hasattr(optimizer, "_hora_settings"):
+        raise ValueError("this optimizer is already a hora DistributedOptimizer")
+    base = type(optimizer)
+    cls = type(base.__name__, (_hooks_for(base), base),
+               {"__module__": base.__module__, "__qualname__": base.__qualname__, "__doc__": base.__doc__,
+                "_hora_settings": _Settings(**settings)})
+    return cls.from_config(optimizer.get_config())
+
+
+def check_op(op):
+    if op != hvd.Average and op != hvd.Sum:
+        raise ValueError("op currently only supports Average and Sum")
+
+
+def check_groups(groups):
+    if groups is not None and not (isinstance(groups, list) or groups > 0):
+        raise ValueError("groups should be a non-negative integer or a list of list of tf.Variable.")
+
+
+def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                         compression=hvd.Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
+                         op=hvd.Average, backward_passes_per_step=1, average_aggregated_gradients=False,
+                         num_groups=0, groups=None, process_set=hvd.global_process_set, scale_local_gradients=True):
+    """An optimizer that wraps another keras.optimizers.Optimizer, using an allreduce to
+    average gradient values before applying gradients to model weights.
+
+    The result is an instance of a subclass of the optimizer's class, with the same name and
+    configuration: pass it to model.compile() in place of the original, and a model saved with
+    it loads again without hora. Works with Keras 2 (TensorFlow <= 2.15, or tf_keras) and
+    Keras 3 (the tf.keras of TensorFlow >= 2.16).
+
+    Args:
+        optimizer: Optimizer to use for computing gradients and applying updates.
+        name: Optional name prefix for the operations created when applying
+              gradients. Defaults to "Distributed" followed by the provided
+              optimizer type.
+        device_dense: Accepted for compatibility with Horovod; hora reduces on the CPU.
+        device_sparse: Accepted for compatibility with Horovod; hora reduces on the CPU.
+        compression: Compression algorithm used to reduce the amount of data
+                     sent and received by each worker node (Compression.none or
+                     Compression.fp16). Defaults to not using compression.
+        sparse_as_dense: Treat all sparse gradients as dense tensors.  This can
+                         help improve performance and memory utilization if
+                         the original sparse gradient has high density.
+                         Defaults to false.
+        gradient_predivide_factor: gradient_predivide_factor splits the averaging
+                                   before and after the sum. Gradients are scaled by
+                                   1.0 / gradient_predivide_factor before the sum and
+                                   gradient_predivide_factor / size after the sum.
+        op: The reduction operation to use when combining gradients across
+            different ranks: Average (the default) or Sum.
+        backward_passes_per_step: Number of backward passes to perform before calling
+                                  hvd.allreduce. This allows accumulating updates over
+                                  multiple mini-batches before reducing and applying them.
+        average_aggregated_gradients: Whether to average the aggregated gradients that
+                                      have been accumulated over multiple mini-batches.
+                                      If true divides gradient updates by
+                                      backward_passes_per_step.
+                                      Only applicable for backward_passes_per_step > 1.
+        num_groups: Deprecated: use `groups`.
+        groups: The parameter to group the gradient allreduce ops. Accept values is a
+                non-negative integer or a list of list of tf.Variable.
+                If groups is a non-negative integer, it is the number of groups to assign
+                gradient allreduce ops to for explicit grouping.
+                If groups is a list of list of tf.Variable. Variables in the same
+                inner list will be assigned to the same group, while parameter that does
+                not appear in any list will form a group itself.
+                Defaults as None, which is no explicit groups.
+        process_set: Gradients will only be reduced over the processes belonging
+                     to this process set. Defaults to the global process set.
+        scale_local_gradients: Whether to scale the gradients of local variables
+                               (see register_local_var). Default is set to True.
+    """
+    check_op(op)
+    if num_groups != 0:
+        warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
+                      DeprecationWarning)
+        if groups is None:
+            groups = num_groups
+    check_groups(groups)
+    return create(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
+                  gradient_predivide_factor=gradient_predivide_factor, op=op,
+                  backward_passes_per_step=backward_passes_per_step,
+                  average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+                  process_set=process_set, scale_local_gradients=scale_local_gradients)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=hvd.Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=hvd.Average, backward_passes_per_step=1,
+                                average_aggregated_gradients=False, groups=None,
+                                process_set=hvd.global_process_set, local_layers=None, scale_local_gradients=True):
+    """
+    An optimizer that wraps another keras.optimizers.Optimizer, using an allreduce to
+    average gradient values before applying gradients to model weights.
+
+    Args:
+        optimizer: Optimizer to use for computing gradients and applying updates.
+        process_set: Gradients will only be reduced over Horovod processes belonging
+                   to this process set. Defaults to the global process set.
+        backward_passes_per_step: Number of backward passes to perform before calling
+                                  hvd.allreduce. This allows accumulating updates over
+                                  multiple mini-batches before reducing and applying them.
+        average_aggregated_gradients: Whether to average the aggregated gradients that
+                                      have been accumulated over multiple mini-batches.
+                                      If true divides gradient updates by
+                                      backward_passes_per_step.
+                                      Only applicable for backward_passes_per_step > 1.
+        local_layers: A collection of type tf.keras.layers.Layer local layers that their gradients need not
+            to be synced accross ranks and is kept and applied locally.
+            If not provided, the functionality of PartialDistributedOptimizer is
+            identical to DistributedOptimizer.
+        scale_local_gradients: Whether to scale the gradients of local variables. Default is set to True.
+
+        The rest of the arguments are similar to those of DistributedOptimizer.
+    """
+    if local_layers is None:
+        local_layers = []
+    elif not isinstance(local_layers, (list, tuple, set)):
+        local_layers = [local_layers]
+    if not all(hasattr(layer, "trainable_weights") for layer in local_layers):
+        raise ValueError("All local layers must be of tf.keras.layers.Layer type.")
+    distributed = DistributedOptimizer(optimizer, name=name, compression=compression,
+                                       sparse_as_dense=sparse_as_dense,
+                                       gradient_predivide_factor=gradient_predivide_factor, op=op,
+                                       backward_passes_per_step=backward_passes_per_step,
+                                       average_aggregated_gradients=average_aggregated_gradients, groups=groups,
+                                       process_set=process_set, scale_local_gradients=scale_local_gradients)
+    for layer in local_layers:
+        for var in layer.trainable_weights:
+            distributed.register_local_var(var)
+    return distributed
