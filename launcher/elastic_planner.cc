@@ -50,21 +50,22 @@ void ElasticPlanner::noteWaitForCooldown(Time now, Decisions& d) {
                     std::to_string(limits_.elastic_timeout.count() / 1000) + " s with fewer than --min-np workers)");
 }
 
+bool ElasticPlanner::ranksBefore(const Tracked& a, const Tracked& b) const {
+  const int ra = a.rank < 0 ? std::numeric_limits<int>::max() : a.rank;
+  const int rb = b.rank < 0 ? std::numeric_limits<int>::max() : b.rank;
+  if (ra != rb) return ra < rb;
+  const auto host_index = [&](const std::string& host) {
+    return std::find_if(hosts_.begin(), hosts_.end(), [&](const HostSlots& x) { return x.host == host; }) - hosts_.begin();
+  };
+  if (host_index(a.worker.host) != host_index(b.worker.host)) return host_index(a.worker.host) < host_index(b.worker.host);
+  return a.worker.slot < b.worker.slot;
+}
+
 std::map<std::string, ElasticPlanner::Placement> ElasticPlanner::plannedPlacements(Time now) const {
   std::vector<const Tracked*> live;
   for (const auto& [id, t] : workers_)
     if (t.state != State::kLeaving && !blacklisted(t.worker.host, now)) live.push_back(&t);
-  const auto host_index = [&](const std::string& host) {
-    return std::find_if(hosts_.begin(), hosts_.end(), [&](const HostSlots& x) { return x.host == host; }) - hosts_.begin();
-  };
-  std::stable_sort(live.begin(), live.end(), [&](const Tracked* a, const Tracked* b) {
-    const int ra = a->rank < 0 ? std::numeric_limits<int>::max() : a->rank;
-    const int rb = b->rank < 0 ? std::numeric_limits<int>::max() : b->rank;
-    if (ra != rb) return ra < rb;
-    if (host_index(a->worker.host) != host_index(b->worker.host))
-      return host_index(a->worker.host) < host_index(b->worker.host);
-    return a->worker.slot < b->worker.slot;
-  });
+  std::stable_sort(live.begin(), live.end(), [&](const Tracked* a, const Tracked* b) { return ranksBefore(*a, *b); });
   if (static_cast<int>(live.size()) > limits_.max_np) live.resize(static_cast<size_t>(limits_.max_np));
   std::map<std::string, Placement> out;
   std::map<std::string, int> on_host;            // workers placed so far on each host
@@ -289,18 +290,7 @@ void ElasticPlanner::formGeneration(Time now, Decisions& d) {
   std::vector<Tracked*> joining;
   for (auto& [id, t] : workers_)
     if (t.state == State::kJoined && !blacklisted(t.worker.host, now)) joining.push_back(&t);
-  const auto host_index = [&](const std::string& host) {
-    auto h = std::find_if(hosts_.begin(), hosts_.end(), [&](const HostSlots& x) { return x.host == host; });
-    return h - hosts_.begin();
-  };
-  std::stable_sort(joining.begin(), joining.end(), [&](const Tracked* a, const Tracked* b) {
-    const int ra = a->rank < 0 ? std::numeric_limits<int>::max() : a->rank;
-    const int rb = b->rank < 0 ? std::numeric_limits<int>::max() : b->rank;
-    if (ra != rb) return ra < rb;
-    if (host_index(a->worker.host) != host_index(b->worker.host))
-      return host_index(a->worker.host) < host_index(b->worker.host);
-    return a->worker.slot < b->worker.slot;
-  });
+  std::stable_sort(joining.begin(), joining.end(), [&](const Tracked* a, const Tracked* b) { return ranksBefore(*a, *b); });
   if (static_cast<int>(joining.size()) > limits_.max_np) joining.resize(static_cast<size_t>(limits_.max_np));
   if (static_cast<int>(joining.size()) < limits_.min_np) return;
   if (generation_ >= 0 && limits_.reset_limit >= 0 && resets_ + 1 > limits_.reset_limit) {

@@ -107,6 +107,9 @@ class ElasticPlanner {
   // The places of the live workers if a generation formed now: members in rank order, then the
   // others by host and slot (formGeneration's order), at most --max-np.
   std::map<std::string, Placement> plannedPlacements(Time now) const;
+  // The order of ranks in a generation: the previous one's members by rank, then the others by
+  // host (in discovery order) and slot.
+  bool ranksBefore(const Tracked& a, const Tracked& b) const;
   void formGeneration(Time now, Decisions& d);
   void stopWorker(Tracked& t, Decisions& d);
   void answerRemoved(Tracked& t, const std::string& why, Decisions& d);
