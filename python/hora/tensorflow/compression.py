@@ -3,29 +3,7 @@ which casts floating-point tensors to float16 for the collective and back afterw
 
 import tensorflow as tf
 
-
-class Compressor:
-    """compress(tensor) -> (tensor, context); decompress(tensor, context) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError()
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError()
-
-
-class NoneCompressor(Compressor):
-    """No compression (the default)."""
-
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from hora.common.compression import Compressor, NoneCompressor  # noqa: F401  (horovod.*.compression has them)
 
 
 class FP16Compressor(Compressor):

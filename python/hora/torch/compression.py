@@ -2,27 +2,7 @@
 
 import torch
 
-
-class Compressor:
-    """compress(tensor) -> (tensor to send, context); decompress(tensor, context) -> tensor."""
-
-    @staticmethod
-    def compress(tensor):
-        raise NotImplementedError
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        raise NotImplementedError
-
-
-class NoneCompressor(Compressor):
-    @staticmethod
-    def compress(tensor):
-        return tensor, None
-
-    @staticmethod
-    def decompress(tensor, ctx):
-        return tensor
+from hora.common.compression import Compressor, NoneCompressor  # noqa: F401  (horovod.*.compression has them)
 
 
 class FP16Compressor(Compressor):
