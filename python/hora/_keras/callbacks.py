@@ -16,25 +16,16 @@ from hora._keras.keras_version import is_variable, optimizer_variables, to_float
 
 
 class BroadcastGlobalVariablesCallbackImpl:
-    """Keras Callback that will broadcast all global variables from root rank
-    to all other processes during initialization.
-
-    This is necessary to ensure consistent initialization of all workers when
-    training is started with random weights or restored from a checkpoint.
+    """Gives every rank rank `root_rank`'s model and optimizer variables, so that all start
+    alike whether the weights are random or restored from a checkpoint (`device` is taken for
+    compatibility with Horovod and ignored; `local_variables`, a variable or a collection, are
+    left alone on each rank).
 
     The broadcast happens at the end of the first batch, not at the start of training: the
     optimizer creates its slot variables (momentum, Adam's moments) lazily, on its first step.
     """
 
     def __init__(self, root_rank, device="", local_variables=None):
-        """Construct a new BroadcastGlobalVariablesCallback that will broadcast all
-        global variables from root rank to all other processes during initialization.
-
-        Args:
-            root_rank: Rank that will send data, other ranks will receive data.
-            device: Accepted for compatibility with Horovod; hora broadcasts on the CPU.
-            local_variables: A variable or collection of variables that need not be broadcast.
-        """
         super().__init__()
         self.root_rank = root_rank
         self.device = device
@@ -63,21 +54,13 @@ class BroadcastGlobalVariablesCallbackImpl:
 
 
 class MetricAverageCallbackImpl:
-    """Keras Callback that will average metrics across all processes at the
-    end of the epoch. Useful in conjuction with ReduceLROnPlateau,
-    TensorBoard and other metrics-based callbacks.
-
-    Note: This callback must be added to the callback list before the
-    ReduceLROnPlateau, TensorBoard or other metrics-based callbacks.
+    """At the end of each epoch, replaces every metric in `logs` by its mean over the ranks, so
+    that what later callbacks read (ReduceLROnPlateau, EarlyStopping, TensorBoard, a checkpoint's
+    monitor) is the job's figure, the same on every rank: list it before them. `device` is taken
+    for compatibility with Horovod and ignored.
     """
 
     def __init__(self, device=""):
-        """Construct a new MetricAverageCallback that will average metrics
-        across all processes at the end of the epoch.
-
-        Args:
-            device: Accepted for compatibility with Horovod; hora averages on the CPU.
-        """
         super().__init__()
         self.device = device
 
@@ -93,21 +76,13 @@ class MetricAverageCallbackImpl:
 
 
 class LearningRateScheduleCallbackImpl:
-    """LearningRateScheduleCallback sets learning rate between epochs `start_epoch` and
-    `end_epoch` to be `initial_lr * multiplier`.  `multiplier` can be a constant or
-    a function `f(epoch) = lr'`.
-
-    If `multiplier` is a function and `staircase=True`, learning rate adjustment will
-    happen at the beginning of each epoch and the epoch passed to the `multiplier`
-    function will be an integer.
-
-    If `multiplier` is a function and `staircase=False`, learning rate adjustment will
-    happen at the beginning of each batch and the epoch passed to the `multiplier`
-    function will be a floating number: `epoch' = epoch + batch / steps_per_epoch`.
-    This functionality is useful for smooth learning rate adjustment schedulers, such
-    as `LearningRateWarmupCallback`.
-
-    `initial_lr` is the learning rate of the model optimizer at the start of the training.
+    """From epoch `start_epoch` up to (not including) `end_epoch` (None: to the end), sets the
+    optimizer's learning rate to `initial_lr` times `multiplier`, a number or a function of the
+    epoch. With `staircase` (the default) the function is called with the whole epoch number at
+    each epoch's start; without it, at each batch's start with a fractional epoch
+    (epoch + batch / steps_per_epoch), for smooth schedules such as the warmup. `steps_per_epoch`
+    is found from fit()'s parameters when not given. `momentum_correction` scales the momentum by
+    the change of the rate for the step that changes it (Goyal et al.).
 
     The optimizer's learning rate must be a number (held in a variable), not a
     LearningRateSchedule. Momentum correction needs the momentum in a variable too, as the
@@ -118,21 +93,6 @@ class LearningRateScheduleCallbackImpl:
 
     def __init__(self, initial_lr, multiplier, start_epoch=0, end_epoch=None, staircase=True,
                  momentum_correction=True, steps_per_epoch=None):
-        """Construct a new LearningRateScheduleCallback.
-
-        Args:
-            initial_lr: Initial learning rate at the start of training.
-            multiplier: A constant multiplier or a function `f(epoch) = lr'`
-            start_epoch: The first epoch this adjustment will be applied to. Defaults to 0.
-            end_epoch: The epoch this adjustment will stop applying (exclusive end).
-                       Defaults to None.
-            staircase: Whether to adjust learning rate at the start of epoch (`staircase=True`)
-                       or at the start of every batch (`staircase=False`).
-            momentum_correction: Apply momentum correction to optimizers that have momentum.
-                                 Defaults to True.
-            steps_per_epoch: The callback will attempt to autodetect number of batches per
-                             epoch. Provide this value if it cannot.
-        """
         super().__init__()
         if initial_lr is None:
             raise ValueError("Parameter `initial_lr` is required")
@@ -214,40 +174,15 @@ class LearningRateScheduleCallbackImpl:
 
 
 class LearningRateWarmupCallbackImpl(LearningRateScheduleCallbackImpl):
-    """Implements gradual learning rate warmup:
-
-        `lr = initial_lr / hvd.size()` ---> `lr = initial_lr`
-
-    `initial_lr` is the learning rate of the model optimizer at the start of the training.
-
-    This technique was described in the paper "Accurate, Large Minibatch SGD: Training
-    ImageNet in 1 Hour". See https://arxiv.org/pdf/1706.02677.pdf for details.
-
-    Math recap:
-
-    .. math::
-
-        epoch &= full\\_epochs + \\frac{batch}{steps\\_per\\_epoch}
-
-        lr'(epoch) &= \\frac{lr}{size} * (\\frac{size - 1}{warmup} * epoch + 1)
-
-        lr'(epoch = 0) &= \\frac{lr}{size}
-
-        lr'(epoch = warmup) &= lr
+    """Raises the learning rate linearly from `initial_lr` / size to `initial_lr` over the first
+    `warmup_epochs` epochs (default 5), batch by batch: the warmup of Goyal et al., "Accurate,
+    Large Minibatch SGD" (arXiv:1706.02677), for the large global batch of many ranks.
+    At fractional epoch e it is initial_lr / size * (e * (size - 1) / warmup_epochs + 1).
+    `momentum_correction` and `steps_per_epoch` are as for LearningRateScheduleCallback;
+    `verbose=1` prints the rate when the warmup ends.
     """
 
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True, steps_per_epoch=None, verbose=0):
-        """Construct a new LearningRateWarmupCallback that will gradually warm up the learning rate.
-
-        Args:
-            initial_lr: Initial learning rate at the start of training.
-            warmup_epochs: The number of epochs of the warmup phase. Defaults to 5.
-            momentum_correction: Apply momentum correction to optimizers that have momentum.
-                                 Defaults to True.
-            steps_per_epoch: The callback will attempt to autodetect number of batches per
-                             epoch. Provide this value if it cannot.
-            verbose: verbosity mode, 0 or 1.
-        """
         def multiplier(epoch):
             # The rate a batch ends with rather than the one it starts with, so that the last
             # batch of the warmup reaches initial_lr exactly (and logged rates are round).

@@ -10,17 +10,10 @@ from hora.tensorflow.elastic import TensorFlowKerasState
 
 
 class CommitStateCallbackImpl:
-    """Keras Callback that will commit the `state` object every `batches_per_commit`
-    batches at the end of each batch.
-    """
+    """Commits `state` (hvd.elastic.State) after every `batches_per_commit` batches (default 1),
+    so that a reset loses at most that many batches."""
 
     def __init__(self, state, batches_per_commit=1):
-        """Constructs a new CommitStateCallback.
-
-        Args:
-            state: `hvd.elastic.State` object to be committed.
-            batches_per_commit: Number of batches to complete between each commit (default: 1).
-        """
         super().__init__()
         self.state = state
         self.batches_per_commit = batches_per_commit
@@ -41,19 +34,11 @@ class CommitStateCallbackImpl:
 
 
 class UpdateBatchStateCallbackImpl:
-    """Keras Callback that will update the value of `state.batch` with the current batch number at
-    the end of each batch. Batch will reset to 0 at the end of each epoch.
-
-    If `steps_per_epoch` is set, then this callback will also ensure that the number of steps
-    in the first epoch following a reset is shortened by the number of batches already processed.
-    """
+    """Keeps `state.batch` at the number of batches done in the current epoch (0 again when an
+    epoch ends). After a reset it lowers the `steps` parameter of the epoch it resumes by the
+    batches already done."""
 
     def __init__(self, state):
-        """Constructs a new UpdateBatchStateCallback.
-
-        Args:
-            state: `hvd.elastic.State` object to be updated.
-        """
         super().__init__()
         self.state = state
         self.steps_per_epoch = None
@@ -75,16 +60,10 @@ class UpdateBatchStateCallbackImpl:
 
 
 class UpdateEpochStateCallbackImpl:
-    """Keras Callback that will update the value of `state.epoch` with the current epoch number at
-    the end of each epoch.
-    """
+    """Keeps `state.epoch` at the number of the next epoch to train, counted from the epoch the
+    state held when training (re)started."""
 
     def __init__(self, state):
-        """Constructs a new UpdateEpochStateCallback.
-
-        Args:
-            state: `hvd.elastic.State` object to be updated.
-        """
         super().__init__()
         self.state = state
         self.initial_epoch = self.state.epoch
@@ -102,12 +81,10 @@ def _keras_state(keras, module):
     def __init__(self, model, optimizer=None, **kwargs):
         TensorFlowKerasState.__init__(self, model, optimizer=optimizer, backend=keras.backend, **kwargs)
 
-    doc = f"""State representation of a `{keras.__name__.split('.')[0]}` model and optimizer.
-
-    Args:
-        model: Keras model.
-        optimizer: Optional optimizer, can be compiled into model instead.
-        kwargs: Additional properties to sync, will be exposed as attributes of the object.
+    doc = f"""The elastic state of a `{keras.__name__.split('.')[0]}` model: its variables and its
+    optimizer's (`optimizer`, or the one compiled into the model) are saved at each commit,
+    restored after a failure and broadcast from rank 0 when the job re-forms; each keyword
+    argument becomes an attribute kept and synced the same way (epoch=0, batch=0, ...).
     """
     return type("KerasState", (TensorFlowKerasState,),
                 {"__init__": __init__, "__doc__": doc, "__module__": module, "__qualname__": "KerasState"})

@@ -149,8 +149,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
                          compression=hvd.Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
                          op=hvd.Average, backward_passes_per_step=1, average_aggregated_gradients=False,
                          num_groups=0, groups=None, process_set=hvd.global_process_set, scale_local_gradients=True):
-    """An optimizer that wraps another keras.optimizers.Optimizer, using an allreduce to
-    average gradient values before applying gradients to model weights.
+    """Wraps a Keras optimizer so that every rank applies the same gradients: each gradient is
+    reduced across the ranks (averaged by default) before the wrapped optimizer applies it.
 
     The result is an instance of a subclass of the optimizer's class, with the same name and
     configuration: pass it to model.compile() in place of the original, and a model saved with
@@ -158,46 +158,29 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     Keras 3 (the tf.keras of TensorFlow >= 2.16).
 
     Args:
-        optimizer: Optimizer to use for computing gradients and applying updates.
-        name: Optional name prefix for the operations created when applying
-              gradients. Defaults to "Distributed" followed by the provided
-              optimizer type.
-        device_dense: Accepted for compatibility with Horovod; hora reduces on the CPU.
-        device_sparse: Accepted for compatibility with Horovod; hora reduces on the CPU.
-        compression: Compression algorithm used to reduce the amount of data
-                     sent and received by each worker node (Compression.none or
-                     Compression.fp16). Defaults to not using compression.
-        sparse_as_dense: Treat all sparse gradients as dense tensors.  This can
-                         help improve performance and memory utilization if
-                         the original sparse gradient has high density.
-                         Defaults to false.
-        gradient_predivide_factor: gradient_predivide_factor splits the averaging
-                                   before and after the sum. Gradients are scaled by
-                                   1.0 / gradient_predivide_factor before the sum and
-                                   gradient_predivide_factor / size after the sum.
-        op: The reduction operation to use when combining gradients across
-            different ranks: Average (the default) or Sum.
-        backward_passes_per_step: Number of backward passes to perform before calling
-                                  hvd.allreduce. This allows accumulating updates over
-                                  multiple mini-batches before reducing and applying them.
-        average_aggregated_gradients: Whether to average the aggregated gradients that
-                                      have been accumulated over multiple mini-batches.
-                                      If true divides gradient updates by
-                                      backward_passes_per_step.
-                                      Only applicable for backward_passes_per_step > 1.
-        num_groups: Deprecated: use `groups`.
-        groups: The parameter to group the gradient allreduce ops. Accept values is a
-                non-negative integer or a list of list of tf.Variable.
-                If groups is a non-negative integer, it is the number of groups to assign
-                gradient allreduce ops to for explicit grouping.
-                If groups is a list of list of tf.Variable. Variables in the same
-                inner list will be assigned to the same group, while parameter that does
-                not appear in any list will form a group itself.
-                Defaults as None, which is no explicit groups.
-        process_set: Gradients will only be reduced over the processes belonging
-                     to this process set. Defaults to the global process set.
-        scale_local_gradients: Whether to scale the gradients of local variables
-                               (see register_local_var). Default is set to True.
+        optimizer: the Keras optimizer to wrap (scale its learning rate by hvd.size()).
+        name: a name for the wrapped optimizer's operations; by default "Distributed" and the
+            wrapped optimizer's class name.
+        device_dense, device_sparse: taken for compatibility with Horovod and ignored: hora
+            reduces on the CPU.
+        compression: Compression.none (default) or Compression.fp16, which sends floating-point
+            gradients as float16 and restores their type after the reduction.
+        sparse_as_dense: reduce IndexedSlices gradients (embeddings) as dense tensors, which is
+            cheaper when most rows are touched anyway.
+        gradient_predivide_factor: with op=Average, divide each gradient by this factor before
+            the sum and by size / factor after it (1.0: all after), to keep float16 sums in range.
+        op: Average (default) or Sum.
+        backward_passes_per_step: reduce only every N-th call, applying the gradients summed
+            locally over the N batches in between (gradient accumulation).
+        average_aggregated_gradients: with backward_passes_per_step > 1, divide the accumulated
+            gradients by N before they are reduced.
+        num_groups: deprecated spelling of an integer `groups`.
+        groups: how gradients are fused: an integer N splits them into N grouped reductions;
+            a list of lists of variables puts each list's gradients in one group (variables in
+            no list get a group each); None leaves fusion to the engine.
+        process_set: reduce over the ranks of this ProcessSet only (default: every rank).
+        scale_local_gradients: divide the gradients of variables registered as worker-local
+            (register_local_var) by the size, as the reduced ones are averaged (default True).
     """
     check_op(op)
     if num_groups != 0:
@@ -218,29 +201,10 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
                                 gradient_predivide_factor=1.0, op=hvd.Average, backward_passes_per_step=1,
                                 average_aggregated_gradients=False, groups=None,
                                 process_set=hvd.global_process_set, local_layers=None, scale_local_gradients=True):
-    """
-    An optimizer that wraps another keras.optimizers.Optimizer, using an allreduce to
-    average gradient values before applying gradients to model weights.
-
-    Args:
-        optimizer: Optimizer to use for computing gradients and applying updates.
-        process_set: Gradients will only be reduced over Horovod processes belonging
-                   to this process set. Defaults to the global process set.
-        backward_passes_per_step: Number of backward passes to perform before calling
-                                  hvd.allreduce. This allows accumulating updates over
-                                  multiple mini-batches before reducing and applying them.
-        average_aggregated_gradients: Whether to average the aggregated gradients that
-                                      have been accumulated over multiple mini-batches.
-                                      If true divides gradient updates by
-                                      backward_passes_per_step.
-                                      Only applicable for backward_passes_per_step > 1.
-        local_layers: A collection of type tf.keras.layers.Layer local layers that their gradients need not
-            to be synced accross ranks and is kept and applied locally.
-            If not provided, the functionality of PartialDistributedOptimizer is
-            identical to DistributedOptimizer.
-        scale_local_gradients: Whether to scale the gradients of local variables. Default is set to True.
-
-        The rest of the arguments are similar to those of DistributedOptimizer.
+    """A DistributedOptimizer whose `local_layers` (a Keras layer or a collection of them) keep
+    their own weights on every rank: their gradients are not reduced across the ranks (and are
+    divided by the size when scale_local_gradients is True). Without local_layers it is the same
+    as DistributedOptimizer, whose arguments the others are.
     """
     if local_layers is None:
         local_layers = []

@@ -32,36 +32,16 @@ def load_model_for(keras):
 
 
 def _load_model(keras, filepath, custom_optimizers, custom_objects, compression, legacy_opts):
-    """
-    Loads a saved Keras model with a Horovod DistributedOptimizer.
+    """Loads a model saved with a (distributed or plain) optimizer and returns it with that
+    optimizer wrapped in DistributedOptimizer, its state (slots, iterations) kept, ready to train
+    on.
 
-    The DistributedOptimizer will wrap the underlying optimizer used to train
-    the saved model, so that the optimizer state (params and weights) will
-    be picked up for retraining.
-
-    By default, all optimizers in the module `keras.optimizers` will be loaded
-    and wrapped without needing to specify any `custom_optimizers` or
-    `custom_objects`.
-
-    Arguments:
-        filepath: One of the following:
-            - string, path to the saved model, or
-            - h5py.File object from which to load the model
-        custom_optimizers: Optional list of Optimizer subclasses to support
-            during loading.
-        custom_objects: Optional dictionary mapping names (strings) to custom
-            classes or functions to be considered during deserialization.
-        compression: Compression algorithm used to reduce the amount of data
-                     sent and received by each worker node.  Defaults to not
-                     using compression.
-        legacy_opts: If True, model uses tf.keras.optimizers.legacy.* optimizers
-
-    Returns:
-        A Keras model instance.
-
-    Raises:
-        ImportError: If h5py is not available.
-        ValueError: In case of an invalid savefile.
+    Arguments: `filepath` is what keras.models.load_model takes (a .keras, .h5 or SavedModel
+    path, or an open h5py.File); every optimizer class of keras.optimizers (of
+    keras.optimizers.legacy when `legacy_opts`) is wrapped without being named;
+    `custom_optimizers` lists other Optimizer classes to wrap, `custom_objects` the model's own
+    layers, losses or functions; `compression` is the wrapped optimizer's (Compression.none by
+    default). Errors are load_model's (ValueError for a file that is no saved model).
     """
     base = keras.optimizers.legacy.Optimizer if legacy_opts else keras.optimizers.Optimizer
     objects = {}

@@ -9,78 +9,38 @@ import hora.tensorflow as hvd
 
 def allreduce(value, name=None, average=None, prescale_factor=1.0, postscale_factor=1.0, op=None,
               compression=hvd.Compression.none):
-    """
-    Perform an allreduce on a tensor-compatible value.
+    """Reduces `value` (a number, list or array: anything tf.constant takes, of the same
+    shape on every rank) across the ranks and returns the result as a tensor.
 
-    Arguments:
-        value: A tensor-compatible value to reduce.
-               The shape of the input must be identical across all ranks.
-        name: Optional name for the constants created by this operation.
-        average:
-            .. warning:: .. deprecated:: 0.19.0
-
-               Use `op` instead. Will be removed in v0.21.0.
-
-        prescale_factor: Multiplicative factor to scale tensor before allreduce.
-        postscale_factor: Multiplicative factor to scale tensor after allreduce.
-        op: The reduction operation to combine tensors across different ranks.
-            Defaults to Average if None is given.
-        compression: Compression algorithm used to reduce the amount of data
-                     sent and received by each worker node.  Defaults to not
-                     using compression.
+    Arguments: `name` names the collective (the same on every rank); `op` is Average (the
+    default), Sum, Min, Max or Product (`average=True/False` is the deprecated spelling of
+    Average/Sum); `prescale_factor` and `postscale_factor` multiply the value before and the
+    result after the reduction; `compression` is Compression.none or Compression.fp16.
     """
     return hvd.allreduce(tf.constant(value, name=name), average=average, prescale_factor=prescale_factor,
                          postscale_factor=postscale_factor, op=op, compression=compression, name=name)
 
 
 def allgather(value, name=None):
-    """
-    Perform an allgather on a tensor-compatible value.
-
-    The concatenation is done on the first dimension, so the input values on the
-    different processes must have the same rank and shape, except for the first
-    dimension, which is allowed to be different.
-
-    Arguments:
-        value: A tensor-compatible value to gather.
-        name: Optional name prefix for the constants created by this operation.
-    """
+    """Concatenates every rank's `value` along the first dimension, in rank order; the first
+    dimension may differ between ranks, the others may not. `name` names the collective."""
     return hvd.allgather(tf.constant(value, name=name), name=name)
 
 
 def broadcast(value, root_rank, name=None):
-    """
-    Perform a broadcast on a tensor-compatible value.
-
-    Arguments:
-        value: A tensor-compatible value to reduce.
-               The shape of the input must be identical across all ranks.
-        root_rank: Rank of the process from which global variables will be
-                   broadcasted to all other processes.
-        name: Optional name for the constants created by this operation.
-    """
+    """Returns rank `root_rank`'s `value` on every rank (each rank passes a value of the same
+    shape). `name` names the collective."""
     return hvd.broadcast(tf.constant(value, name=name), root_rank, name=name)
 
 
 def reducescatter(value, name=None, op=hvd.Average):
-    """
-    Perform a reducescatter on a tensor-compatible value.
-
-    Arguments:
-        value: A tensor-compatible value to reduce and scatter.
-               The shape of the input must be identical across all ranks.
-        name: Optional name for the constants created by this operation.
-        op: The reduction operation to combine tensors across different ranks.
-            Defaults to Average.
-    """
+    """Reduces `value` (of the same shape on every rank) across the ranks with `op` (Average by
+    default, or Sum) and returns this rank's share of the result: a slice of the first
+    dimension, as even as the ranks allow. `name` names the collective."""
     return hvd.reducescatter(tf.constant(value, name=name), op=op, name=name)
 
 
 def broadcast_global_variables(root_rank):
-    """Broadcasts all global variables from root rank to all other processes.
-
-    Arguments:
-        root_rank: Rank of the process from which global variables will be broadcasted
-                   to all other processes.
-    """
+    """TensorFlow 1 graphs only: an op that sets every global variable to rank `root_rank`'s
+    value (eagerly, use BroadcastGlobalVariablesCallback or hvd.broadcast_variables)."""
     return hvd.broadcast_global_variables(root_rank)
