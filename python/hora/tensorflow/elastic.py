@@ -44,6 +44,18 @@ def _optimizer_variables(optimizer):
     return list(variables() if callable(variables) else variables)
 
 
+def _build_optimizer(optimizer, variables):
+    """Creates the optimizer's slots (momentum, ...) if it has not applied a step yet. Keras makes
+    them at the first apply, so a worker that joins a running job has none while the others
+    have theirs, and the broadcast of the optimizer's variables would not match across ranks."""
+    if getattr(optimizer, "built", False) or getattr(optimizer, "_built", False):
+        return
+    if hasattr(optimizer, "_create_all_weights"):  # Keras 2's legacy optimizers (OptimizerV2)
+        optimizer._create_all_weights(variables)
+    elif hasattr(optimizer, "build"):  # Keras 2.11+'s and Keras 3's optimizers
+        optimizer.build(variables)
+
+
 class ObjectState(_elastic.ObjectState):
     """State of Python objects (keyword arguments, kept as attributes), broadcast from rank 0."""
 
@@ -80,6 +92,7 @@ class TensorFlowKerasState(_elastic.ObjectState):
         super().restore()
 
     def sync(self):
+        _build_optimizer(self.optimizer, self.model.trainable_variables)
         model_vars, optimizer_vars = self._variables()
         broadcast_variables(model_vars, root_rank=0)
         if optimizer_vars:

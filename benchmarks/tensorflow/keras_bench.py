@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""Keras training throughput: hora.tensorflow.keras vs TensorFlow's MultiWorkerMirroredStrategy
+vs the compute-only bound, same model, global batch and data, every configuration interleaved in
+one run (so that the machine's noise hits each alike).
+
+Configurations, for each N of --np and each model of --models (images/s over the timed steps
+after the warm-up steps, from Keras' own model.fit):
+  hora    horarun -np N: hvd.DistributedOptimizer + BroadcastGlobalVariablesCallback
+  mwms    N processes with TF_CONFIG on loopback ports, tf.distribute.MultiWorkerMirroredStrategy
+          (ring all-reduce over gRPC, TensorFlow's collective for CPUs), the dataset distributed
+          with distribute_datasets_from_function
+  bound   N plain Keras processes at once, each training alone on its share of the batch, no
+          exchange at all: the sum of their images/s is what N ranks could reach if
+          communication cost nothing
+Every process runs 1 intra-op and 1 inter-op thread (N ranks x 1 thread; at N = 4 the ranks
+share the 2 cores). The images are random, of Fashion-MNIST's shape, held in memory: the data
+pipeline is not what is compared.
+
+Models: cnn, the small CNN of examples/pytorch (434k parameters, global batch 128); wrn, the
+tutorial's WideResNet (examples/keras/fashion_mnist.py's architecture, --depth/--width, global
+batch 32 as in the tutorial).
+
+usage: .venv/bin/python benchmarks/tensorflow/keras_bench.py [--np 2 4] [--models cnn wrn]
+           [--repeat 3] [--python .venv/bin/python] [--json FILE]      (prints markdown)
+"""
+
+import argparse
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.abspath(__file__)
+GLOBAL_BATCH = {"cnn": 128, "wrn": 32}
+CONFIGS = ("hora", "mwms", "bound")
+RESULT = re.compile(r"RESULT rank=(\d+) images_per_s=(\S+)")
+
+
+# --- one process ---------------------------------------------------------------------------
+
+def build_model(name, depth, width):
+    import tensorflow as tf
+    from tensorflow.keras import layers
+
+    if name == "cnn":
+        return tf.keras.Sequential([
+            layers.Input((28, 28, 1)), layers.Conv2D(32, 3, activation="relu"),
+            layers.Conv2D(64, 3, activation="relu"), layers.MaxPooling2D(2), layers.Flatten(),
+            layers.Dense(45, activation="relu"), layers.Dense(10)])
+
+    def conv_bn_relu(x, channels):
+        x = layers.Conv2D(channels, 3, padding="same")(x)
+        return layers.Activation("relu")(layers.BatchNormalization()(x))
+
+    inputs = layers.Input((28, 28, 1))
+    x = conv_bn_relu(inputs, 16)
+    for stage, channels in enumerate((16 * width, 32 * width, 64 * width)):
+        if stage:
+            x = layers.MaxPooling2D(2)(x)
+        for block in range((depth - 4) // 6):
+            shortcut = layers.Conv2D(channels, 1)(x) if block == 0 else x
+            y = layers.Dropout(0.01)(conv_bn_relu(x, channels))
+            x = layers.Add()([shortcut, conv_bn_relu(y, channels)])
+    outputs = layers.Dense(10)(layers.GlobalAveragePooling2D()(x))
+    return tf.keras.Model(inputs, outputs)
+
+
+def random_images(batch, seed):
+    import numpy as np
+    import tensorflow as tf
+
+    rng = np.random.default_rng(seed)
+    images = rng.random((16 * batch, 28, 28, 1), dtype=np.float32)
+    labels = rng.integers(0, 10, 16 * batch)
+    return tf.data.Dataset.from_tensor_slices((images, labels)).repeat().batch(batch).prefetch(4)
+
+
+def step_clock(warmup):
+    """A Keras callback noting the time at the end of the last warm-up step and of the last."""
+    import tensorflow as tf
+
+    class StepClock(tf.keras.callbacks.Callback):
+        start = end = None
+
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == warmup - 1:
+                self.start = time.perf_counter()
+            self.end = time.perf_counter()
+
+    return StepClock()
+
+
+def worker(args):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    per_rank = GLOBAL_BATCH[args.model] // args.ranks
+    loss = tf.keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    callbacks, rank = [], 0
+    if args.worker == "mwms":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy(
+            communication_options=tf.distribute.experimental.CommunicationOptions(
+                implementation=tf.distribute.experimental.CommunicationImplementation.RING))
+        rank = strategy.cluster_resolver.task_id
+        with strategy.scope():
+            model = build_model(args.model, args.depth, args.width)
+            model.compile(optimizer=tf.keras.optimizers.SGD(0.01, momentum=0.9), loss=loss)
+        data = strategy.distribute_datasets_from_function(
+            lambda context: random_images(context.get_per_replica_batch_size(per_rank * args.ranks),
+                                          context.input_pipeline_id))
+    else:
+        model = build_model(args.model, args.depth, args.width)
+        optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
+        if args.worker == "hora":
+            import hora.tensorflow.keras as hvd
+
+            hvd.init()
+            rank = hvd.rank()
+            optimizer = hvd.DistributedOptimizer(optimizer)
+            callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
+        else:
+            rank = int(os.environ.get("BENCH_INDEX", "0"))
+        model.compile(optimizer=optimizer, loss=loss)
+        data = random_images(per_rank, rank)
+    clock = step_clock(args.warmup)
+    model.fit(data, steps_per_epoch=args.warmup + args.steps, epochs=1, verbose=0,
+              callbacks=callbacks + [clock])
+    images = args.steps * (per_rank if args.worker == "bound" else per_rank * args.ranks)
+    print(f"RESULT rank={rank} images_per_s={images / (clock.end - clock.start):.2f}", flush=True)
+
+
+# --- the driver ------------------------------------------------------------------------------
+
+def free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def commands_for(config, n, argv, env, args):
+    """[(command, env)] of the processes of one run. With --hosts, rank i runs on host i (inside
+    its network namespace): hora through horarun's ssh launch from the first host, MWMS with
+    the hosts' addresses in TF_CONFIG."""
+    hosts = args.hosts or [(None, "127.0.0.1")] * n
+    on_host = [["ip", "netns", "exec", ns] if ns else [] for ns, _ in hosts]
+    if config == "hora":
+        horarun = [os.path.join(os.path.dirname(args.python), "horarun"), "-np", str(n)]
+        if args.hosts:
+            horarun += ["-i", args.ssh_key, "-H", ",".join(f"{ip}:1" for _, ip in hosts),
+                        "-x", "OMP_NUM_THREADS=1", "-x", "TF_CPP_MIN_LOG_LEVEL=2"]
+        return [(on_host[0] + horarun + argv, env)]
+    if config == "mwms":
+        cluster = {"worker": [f"{ip}:{port}" for (_, ip), port in zip(hosts, free_ports(n))]}
+        return [(on_host[i] + argv, dict(env, TF_CONFIG=json.dumps(
+                    {"cluster": cluster, "task": {"type": "worker", "index": i}}))) for i in range(n)]
+    return [(on_host[i] + argv, dict(env, BENCH_INDEX=str(i))) for i in range(n)]
+
+
+def run_config(config, model, n, args):
+    """images/s of one run: rank 0's for hora and mwms, the sum of the processes' for bound."""
+    argv = [args.python, HERE, "--worker", config, "--model", model, "--ranks", str(n),
+            "--depth", str(args.depth), "--width", str(args.width), "--steps", str(args.steps[model]),
+            "--warmup", str(args.warmup)]
+    env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    with tempfile.TemporaryDirectory() as logs:
+        processes, files = [], []
+        for i, (command, command_env) in enumerate(commands_for(config, n, argv, env, args)):
+            files.append(open(os.path.join(logs, f"{i}.log"), "w+"))
+            processes.append(subprocess.Popen(command, env=command_env, stdout=files[-1], stderr=subprocess.STDOUT))
+        deadline = time.monotonic() + args.timeout
+        try:
+            for p in processes:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            for p in processes:
+                p.kill()
+            raise RuntimeError(f"{config} {model} np={n}: no result within {args.timeout} s")
+        outputs = []
+        for f in files:
+            f.seek(0)
+            outputs.append(f.read())
+            f.close()
+    results = {int(rank): float(value) for out in outputs
+               for rank, value in RESULT.findall(out)}  # horarun prefixes lines with "[rank]<stdout>:"
+    if any(p.returncode for p in processes) or len(results) != n:
+        raise RuntimeError(f"{config} {model} np={n} failed:\n" + "\n".join(o[-3000:] for o in outputs))
+    return sum(results.values()) if config == "bound" else results[0]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--worker", choices=CONFIGS, help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--ranks", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--np", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--models", nargs="+", default=["cnn", "wrn"], choices=sorted(GLOBAL_BATCH))
+    parser.add_argument("--depth", type=int, default=16, help="WideResNet depth (the tutorial's 16)")
+    parser.add_argument("--width", type=int, default=10, help="WideResNet width (the tutorial's 10)")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=0, help="timed steps (default: cnn 300, wrn 12)")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--timeout", type=float, default=900)
+    parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--json", help="write every run here too")
+    parser.add_argument("--hosts", nargs="+", metavar="NAMESPACE:ADDRESS",
+                        help="one rank per host, each a network namespace (benchmarks/multihost/keras_tbf.sh)")
+    parser.add_argument("--ssh-key", help="with --hosts: the key horarun logs in to the hosts with")
+    args = parser.parse_args()
+    if args.worker:
+        return worker(args)
+    if args.hosts:
+        args.hosts = [tuple(h.split(":")) for h in args.hosts]
+        args.np = [len(args.hosts)]
+    args.steps = {m: args.steps or {"cnn": 300, "wrn": 12}[m] for m in GLOBAL_BATCH}
+
+    runs = {}  # (model, n, config) -> [images/s per repeat]
+    for repeat in range(args.repeat):
+        for model in args.models:
+            for n in args.np:
+                for config in CONFIGS:
+                    value = run_config(config, model, n, args)
+                    runs.setdefault(f"{model} np={n} {config}", []).append(value)
+                    print(f"# repeat {repeat + 1}: {model} np={n} {config}: {value:.1f} images/s "
+                          f"(load {os.getloadavg()[0]:.1f})", flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(runs, f, indent=1)
+    print("\n| model | ranks | hora images/s | MWMS images/s | bound images/s | hora / MWMS | hora / bound |")
+    print("|---|---|---|---|---|---|---|")
+    for model in args.models:
+        for n in args.np:
+            hora, mwms, bound = (runs[f"{model} np={n} {c}"] for c in CONFIGS)
+            pairs = " / ".join(f"{h / m:.2f}" for h, m in zip(hora, mwms))
+            bounds = " / ".join(f"{h / b:.2f}" for h, b in zip(hora, bound))
+            med = statistics.median
+            print(f"| {model} | {n} | {med(hora):.1f} ({' / '.join(f'{v:.1f}' for v in hora)}) "
+                  f"| {med(mwms):.1f} ({' / '.join(f'{v:.1f}' for v in mwms)}) "
+                  f"| {med(bound):.1f} ({' / '.join(f'{v:.1f}' for v in bound)}) "
+                  f"| {med(h / m for h, m in zip(hora, mwms)):.2f} ({pairs}) "
+                  f"| {med(h / b for h, b in zip(hora, bound)):.2f} ({bounds}) |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

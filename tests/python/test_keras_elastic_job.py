@@ -1,0 +1,83 @@
+"""Elastic Keras jobs under horarun, with real processes and real failures (127.0.0.1 and
+127.0.0.2 are two hosts to hora): tests/python/elastic/keras_elastic_train.py trains with
+model.fit inside hvd.elastic.run, as Horovod's elastic Keras example does. A worker killed in
+the middle of an epoch leaves the other to go on from the last commit; a host that the discovery
+script adds joins with the state of the job. Under each Keras generation that is installed:
+Keras 2 (this venv's TensorFlow 2.15) and Keras 3 (.venv-tf2's TensorFlow)."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from test_elastic_job import HORARUN, Job
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TRAIN = os.path.join(ROOT, "tests", "python", "elastic", "keras_elastic_train.py")
+STEP = re.compile(r"^\[(\d+)\]<stdout>:step (\S+) gen=(\d+) rank=(\d+) size=(\d+) pid=(\d+) epoch=(\d+) batch=(\d+)")
+RESET = re.compile(r"<stdout>:reset: size (\d+) epoch=(\d+) batch=(\d+)")
+PYTHONS = {"keras2": sys.executable, "keras3": os.path.join(ROOT, ".venv-tf2", "bin", "python")}
+
+
+class KerasJob(Job):
+    def __init__(self, horarun_args, python, train_args):
+        self.lines = []
+        self.proc = subprocess.Popen([HORARUN, *horarun_args, python, TRAIN, *train_args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def steps(self):
+        return [m for line in self.lines if (m := STEP.match(line))]
+
+
+def python_of(generation):
+    python = PYTHONS[generation]
+    if not os.path.exists(python):
+        pytest.skip(f"{python} is not there (scripts/setup.sh makes it)")
+    return python
+
+
+@pytest.mark.parametrize("generation", sorted(PYTHONS))
+def test_a_killed_worker_leaves_fit_to_go_on_from_the_last_commit(generation):
+    job = KerasJob(["-np", "2", "--min-np", "1", "-H", "127.0.0.1:1,127.0.0.2:1"], python_of(generation),
+                   ["--epochs", "3", "--steps", "20"])
+    victim = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(4) == "1" and m.group(7) == "1"
+                          and int(m.group(8)) >= 5, timeout=120)
+    assert victim, "".join(job.lines)
+    os.kill(int(STEP.match(victim).group(6)), signal.SIGKILL)  # rank 1, in the middle of epoch 1
+    code, output = job.finish()
+    assert code == 0, output
+    before = [m for m in job.steps() if m.group(5) == "2" and m.group(4) == "0"]
+    after = [m for m in job.steps() if m.group(5) == "1"]
+    assert before and after, output
+    # The state rank 0 restored is its last commit: the batch it printed last (its commit comes
+    # first), or the next epoch's start when that batch ended an epoch.
+    last = (int(before[-1].group(7)), int(before[-1].group(8)))
+    resets = [tuple(map(int, m.groups())) for line in job.lines if (m := RESET.search(line))]
+    assert resets and resets[0][0] == 1, output
+    assert resets[0][1:] in (last, (last[0] + 1, 0)), output
+    # Training resumed in that epoch, not from the start, and finished every epoch.
+    assert int(after[0].group(7)) == resets[0][1], output
+    assert "done rank=0 size=1 epochs=3 identical=True" in output, output
+
+
+def test_a_discovered_host_joins_fit_with_the_state_of_the_job(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("127.0.0.1:1\n")
+    job = KerasJob(["-np", "1", "--min-np", "1", "--host-discovery-script", f"cat {hosts}"], python_of("keras2"),
+                   ["--epochs", "4", "--steps", "20", "--hold-until-size", "2"])
+    assert job.wait_for(lambda l: STEP.match(l), timeout=120), "".join(job.lines)
+    hosts.write_text("127.0.0.1:1\n127.0.0.2:1\n")
+    grown = job.wait_for(lambda l: (m := STEP.match(l)) and m.group(5) == "2", timeout=120)
+    code, output = job.finish()
+    assert grown, output
+    assert code == 0, output
+    # Rank 0 held at the end of epoch 0 until the newcomer joined; both then trained the same
+    # epochs, and every rank ends with the same weights, although each started from its own.
+    epochs_at_two = {rank: sorted({int(m.group(7)) for m in job.steps() if m.group(5) == "2" and m.group(4) == rank})
+                     for rank in "01"}
+    assert epochs_at_two["0"] == epochs_at_two["1"] == [0, 1, 2, 3], output
+    assert "done rank=0 size=2 epochs=4 identical=True" in output, output
+    assert "done rank=1 size=2 epochs=4 identical=True" in output, output
