@@ -206,6 +206,7 @@ def main():
     parser.add_argument("--models", nargs="+", default=["cnn", "wrn"], choices=sorted(GLOBAL_BATCH))
     parser.add_argument("--depth", type=int, default=16, help="WideResNet depth (the tutorial's 16)")
     parser.add_argument("--width", type=int, default=10, help="WideResNet width (the tutorial's 10)")
+    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=0, help="timed steps (default: cnn 300, wrn 12)")
     parser.add_argument("--warmup", type=int, default=5)
@@ -227,7 +228,7 @@ def main():
     for repeat in range(args.repeat):
         for model in args.models:
             for n in args.np:
-                for config in CONFIGS:
+                for config in args.configs:
                     value = run_config(config, model, n, args)
                     runs.setdefault(f"{model} np={n} {config}", []).append(value)
                     print(f"# repeat {repeat + 1}: {model} np={n} {config}: {value:.1f} images/s "
@@ -235,20 +236,20 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
-    print("\n| model | ranks | hora images/s | MWMS images/s | bound images/s | hora / MWMS | hora / bound |")
-    print("|---|---|---|---|---|---|---|")
+    names = {"hora": "hora", "mwms": "MWMS", "bound": "bound"}
+    ratios = [(a, b) for a, b in (("hora", "mwms"), ("hora", "bound")) if {a, b} <= set(args.configs)]
+    print("\n| model | ranks | " + " | ".join(f"{names[c]} images/s" for c in args.configs) + " | "
+          + " | ".join(f"{names[a]} / {names[b]}" for a, b in ratios) + " |")
+    print("|---|---|" + "---|" * (len(args.configs) + len(ratios)))
+    med = statistics.median
     for model in args.models:
         for n in args.np:
-            hora, mwms, bound = (runs[f"{model} np={n} {c}"] for c in CONFIGS)
-            pairs = " / ".join(f"{h / m:.2f}" for h, m in zip(hora, mwms))
-            bounds = " / ".join(f"{h / b:.2f}" for h, b in zip(hora, bound))
-            med = statistics.median
-            print(f"| {model} | {n} | {med(hora):.1f} ({' / '.join(f'{v:.1f}' for v in hora)}) "
-                  f"| {med(mwms):.1f} ({' / '.join(f'{v:.1f}' for v in mwms)}) "
-                  f"| {med(bound):.1f} ({' / '.join(f'{v:.1f}' for v in bound)}) "
-                  f"| {med(h / m for h, m in zip(hora, mwms)):.2f} ({pairs}) "
-                  f"| {med(h / b for h, b in zip(hora, bound)):.2f} ({bounds}) |")
-
+            runs_of = {c: runs[f"{model} np={n} {c}"] for c in args.configs}
+            cells = [f"{med(v):.1f} ({' / '.join(f'{x:.1f}' for x in v)})" for v in runs_of.values()]
+            for a, b in ratios:
+                pairs = [x / y for x, y in zip(runs_of[a], runs_of[b])]
+                cells.append(f"{med(pairs):.2f} ({' / '.join(f'{r:.2f}' for r in pairs)})")
+            print(f"| {model} | {n} | " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -61,7 +61,7 @@ EOF
   done
   for i in $(seq 1 "$n"); do
     # This run's host key replaces any a former run left in known_hosts under the same address.
-    ssh-keygen -R "${HOST_IP[$i]}" >/dev/null 2>&1
+    ssh-keygen -R "${HOST_IP[$i]}" >/dev/null 2>&1 || true  # (fails when there is no known_hosts yet)
     local tries=0
     until on_host 1 ssh -o BatchMode=yes -o StrictHostKeyChecking=no -o LogLevel=ERROR -i "$SSH_KEY" \
           "${HOST_IP[$i]}" true 2>/dev/null; do
@@ -93,7 +93,7 @@ hosts_down() {
   for i in $(seq 1 "${HOSTS_N:-0}"); do
     [ -f "$HOSTS_DIR/sshd_$i.pid" ] && kill "$(cat "$HOSTS_DIR/sshd_$i.pid")" 2>/dev/null
     ip netns del "${HOST_NS[$i]}" 2>/dev/null
-    ssh-keygen -R "${HOST_IP[$i]}" >/dev/null 2>&1
+    ssh-keygen -R "${HOST_IP[$i]}" >/dev/null 2>&1 || true  # (fails when there is no known_hosts yet)
   done
   ip link del "$HOSTS_BRIDGE" 2>/dev/null
   rm -rf "$HOSTS_DIR"
