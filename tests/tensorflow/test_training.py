@@ -94,6 +94,41 @@ def test_tf1_distributed_optimizer_averages_before_applying():
                                  gradient_predivide_factor=2.0)
 
 
+@pytest.mark.parametrize("average", [False, True])
+def test_tf1_backward_passes_per_step_sum_locally_then_average_in_a_graph(average):
+    """Two session runs of one train op: the first only sums this rank's gradient and counts the
+    global step, the second averages the two passes' sums across ranks and applies them."""
+    with tf.Graph().as_default():
+        w = tf.compat.v1.get_variable("w", initializer=tf.constant(W0))
+        step = tf.compat.v1.train.get_or_create_global_step()
+        x, y = (tf.constant(a) for a in linear_data(hvd.rank()))
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), backward_passes_per_step=2,
+                                       average_aggregated_gradients=average)
+        train = opt.minimize(tf.reduce_sum(tf.square(tf.matmul(x, w) - y)), global_step=step)
+        with tf.compat.v1.Session() as session:
+            session.run(tf.compat.v1.global_variables_initializer())
+            session.run(train)
+            np.testing.assert_allclose(session.run(w), W0)
+            assert session.run(step) == 1
+            session.run(train)
+            passes = 1 if average else 2
+            want = W0 - 0.1 * passes * np.mean([linear_grad(W0, r) for r in range(hvd.size())], axis=0)
+            np.testing.assert_allclose(session.run(w), want, rtol=1e-4, atol=1e-5)
+            assert session.run(step) == 2
+            session.run(train)  # the sums start again from zero
+            np.testing.assert_allclose(session.run(w), want, rtol=1e-4, atol=1e-5)
+
+
+def test_tf1_backward_passes_per_step_eagerly():
+    w = tf.Variable(W0)
+    x, y = (tf.constant(a) for a in linear_data(hvd.rank()))
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), backward_passes_per_step=2)
+    for _ in range(2):
+        opt.apply_gradients(opt.compute_gradients(lambda: tf.reduce_sum(tf.square(x @ w - y)), var_list=[w]))
+    want = W0 - 0.1 * 2 * np.mean([linear_grad(W0, r) for r in range(hvd.size())], axis=0)
+    np.testing.assert_allclose(w.numpy(), want, rtol=1e-4, atol=1e-5)
+
+
 def test_sync_batch_normalization_uses_the_global_batch(mode):
     layer = hvd.SyncBatchNormalization(epsilon=1e-3, momentum=0.5)
     inputs = [per_rank(r, (4, 3), np.float32, 42) for r in range(hvd.size())]

@@ -1,8 +1,9 @@
 """The gradient side of DistributedOptimizer: reducing a list of gradients across a process set
-(GradientReducer) and accumulating them over several backward passes first (LocalAggregator).
+(GradientReducer; LocalAggregator, in hora.tensorflow.gradient_aggregation, sums them over
+several backward passes first).
 
-Both work on any Keras generation: they take gradients and variables and return gradients, and
-run eagerly or inside the train step that Keras traces with tf.function.
+It works on any Keras generation: it takes gradients and variables and returns gradients, and
+runs eagerly or inside the train step that Keras traces with tf.function.
 """
 
 import tensorflow as tf
@@ -103,78 +104,3 @@ class GradientReducer:
         if isinstance(grad, tf.IndexedSlices):
             return tf.IndexedSlices(grad.values / size, grad.indices, grad.dense_shape)
         return grad / size
-
-
-class LocalAggregator:
-    """backward_passes_per_step: sums each gradient locally over N backward passes, reduces the
-    sums across ranks on the N-th pass only, and lets the optimizer apply them then; on the other
-    passes the optimizer only counts the iteration. With average_aggregated_gradients the sums
-    are divided by N. Its accumulators are tf.Variables kept out of the optimizer's tracked
-    state, so a saved model has exactly the wrapped optimizer's variables."""
-
-    def __init__(self, backward_passes_per_step, average_aggregated_gradients, reducer):
-        if backward_passes_per_step <= 0:
-            raise ValueError("backward_passes_per_step must be > 0")
-        self.passes = backward_passes_per_step
-        self.average = average_aggregated_gradients
-        self.reducer = reducer
-        self.counter = None
-        self.sums = None
-
-    def _create(self, grads, variables):
-        # Lifted out of the traced train step, as Keras creates optimizer slots: a variable made
-        # inside a tf.function would belong to that one trace.
-        with tf.init_scope():
-            self.counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="backward_passes")
-            self.sums = [None if g is None else
-                         tf.Variable(tf.zeros(tuple(v.shape), dtype=g.dtype), trainable=False,
-                                     name="aggregated_gradient")
-                         for g, v in zip(grads, variables)]
-
-    def gradients(self, grads, variables):
-        """Adds this pass's gradients to the sums; returns the reduced sums on the N-th pass (and
-        clears them), the running local sums on the others."""
-        grads = list(grads)
-        for g in grads:
-            if isinstance(g, tf.IndexedSlices) and not self.reducer.sparse_as_dense:
-                raise ValueError("IndexedSlices are not supported when backward_passes_per_step > 1 "
-                                 "and sparse_as_dense is False")
-        grads = [tf.convert_to_tensor(g) if isinstance(g, tf.IndexedSlices) else g for g in grads]
-        if self.sums is None:
-            self._create(grads, variables)
-        present = [i for i, s in enumerate(self.sums) if s is not None]
-        for i in present:
-            self.sums[i].assign_add(grads[i])
-        self.counter.assign_add(1)
-
-        def reduce_and_clear():
-            summed = [self.sums[i].read_value() for i in present]
-            reduced = self.reducer(summed, [variables[i] for i in present])
-            if self.average:
-                reduced = [g / self.passes for g in reduced]
-            with tf.control_dependencies(reduced):
-                self._clear(present)
-            return [tf.identity(g) for g in reduced]
-
-        def running_sums():
-            return [self.sums[i].read_value() for i in present]
-
-        out = tf.cond(tf.equal(self.counter, self.passes), reduce_and_clear, running_sums)
-        result = [None] * len(grads)
-        for i, g in zip(present, out):
-            result[i] = g
-        return result
-
-    def _clear(self, present):
-        self.counter.assign(0)
-        for i in present:
-            self.sums[i].assign(tf.zeros_like(self.sums[i]))
-
-    def apply(self, apply_fn, skip_fn):
-        """Runs apply_fn on the pass that reduced (the counter went back to 0), skip_fn on the
-        others. Both must return nothing: Keras 2 and 3 optimizers return different things."""
-        def run(fn):
-            def branch():
-                fn()
-            return branch
-        tf.cond(tf.equal(self.counter, 0), run(apply_fn), run(skip_fn))

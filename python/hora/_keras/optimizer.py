@@ -21,7 +21,8 @@ Where the gradients are reduced depends on what model.fit calls (keras_version.p
 import warnings
 
 import hora.tensorflow as hvd
-from hora._keras.gradients import GradientReducer, LocalAggregator
+from hora.tensorflow.gradient_aggregation import LocalAggregator
+from hora._keras.gradients import GradientReducer
 from hora._keras.keras_version import keras_generation
 
 
@@ -54,7 +55,7 @@ class _DistributedBase:
         self._hora_aggregator = None
         if s.backward_passes_per_step > 1:
             self._hora_aggregator = LocalAggregator(s.backward_passes_per_step, s.average_aggregated_gradients,
-                                                    self._hora_reducer)
+                                                    self._hora_reducer, s.sparse_as_dense)
 
     @property
     def process_set(self):

@@ -13,6 +13,7 @@ from hora.common.elastic import is_elastic_job
 from hora.common.process_sets import global_process_set
 from hora.tensorflow.collectives import allreduce, grouped_allreduce
 from hora.tensorflow.compression import Compression
+from hora.tensorflow.gradient_aggregation import LocalAggregator
 from hora.tensorflow.mpi_ops import Adasum, Average, process_set_included_op, size_op
 from hora.tensorflow.util import _cache, _executing_eagerly, _key, _make_subgraph, refs_to_vars, vars_to_refs
 
@@ -217,7 +218,8 @@ if _LegacyOptimizer is not None:
 
         def __init__(self, optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
                      compression=Compression.none, sparse_as_dense=False, op=Average, gradient_predivide_factor=1.0,
-                     groups=None, process_set=global_process_set, scale_local_gradients=True):
+                     groups=None, process_set=global_process_set, scale_local_gradients=True,
+                     backward_passes_per_step=1, average_aggregated_gradients=False):
             name = name or f"Distributed{type(optimizer).__name__}"
             super().__init__(name=name, use_locking=use_locking)
             self._optimizer = optimizer
@@ -227,14 +229,23 @@ if _LegacyOptimizer is not None:
             self._local_vars = set()
             self.process_set = process_set
             self.scale_local_gradients = scale_local_gradients
+            self._aggregator = None
+            if backward_passes_per_step > 1:
+                self._aggregator = LocalAggregator(backward_passes_per_step, average_aggregated_gradients,
+                                                   self._reduce, sparse_as_dense)
 
         def register_local_var(self, var):
             """Keeps `var`'s gradient local (not reduced)."""
             self._local_vars.add(_key(var))
 
         def compute_gradients(self, *args, **kwargs):
-            """The wrapped optimizer's gradients, averaged across the set."""
+            """The wrapped optimizer's gradients, averaged across the set (with
+            backward_passes_per_step > 1: summed locally, and averaged on every N-th pass)."""
             grads, variables = zip(*self._optimizer.compute_gradients(*args, **kwargs))
+            reduce = self._aggregator.gradients if self._aggregator is not None else self._reduce
+            return list(zip(reduce(grads, variables), variables))
+
+        def _reduce(self, grads, variables):
             shared = [i for i, v in enumerate(variables) if _key(v) not in self._local_vars]
             reduced = self._allreduce_grads([grads[i] for i in shared], [variables[i] for i in shared])
             out = list(grads)
@@ -243,10 +254,18 @@ if _LegacyOptimizer is not None:
             if self.scale_local_gradients and self._local_vars:
                 out = [_scale_local(g, self.process_set) if _key(v) in self._local_vars and g is not None else g
                        for g, v in zip(out, variables)]
-            return list(zip(out, variables))
+            return out
 
-        def apply_gradients(self, *args, **kwargs):
-            return self._optimizer.apply_gradients(*args, **kwargs)
+        def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+            """The wrapped optimizer's update; with backward_passes_per_step > 1 only on the
+            passes that reduced, the others only counting global_step (as Horovod does)."""
+            if self._aggregator is None:
+                return self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+            grads_and_vars = list(grads_and_vars)  # a zip is read by both branches
+            return self._aggregator.apply(
+                lambda: self._optimizer.apply_gradients(grads_and_vars, global_step, name),
+                lambda: None if global_step is None else global_step.assign_add(1, read_value=False),
+                after=[g for g, _ in grads_and_vars])
 
         def get_slot(self, *args, **kwargs):
             return self._optimizer.get_slot(*args, **kwargs)
@@ -265,19 +284,17 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
     """An optimizer that averages gradients across the processes before applying them. A Keras
     optimizer (TensorFlow 2) goes to hora.tensorflow.keras.DistributedOptimizer; a TF1
     tf.compat.v1.train.Optimizer is wrapped here. Arguments as DistributedGradientTape's, plus
-    backward_passes_per_step (local steps per allreduce; Keras optimizers) and
-    average_aggregated_gradients."""
+    backward_passes_per_step (backward passes summed locally per allreduce and update) and
+    average_aggregated_gradients (divide those sums by backward_passes_per_step)."""
     groups = _check_training_args(op, gradient_predivide_factor, num_groups, groups)
     if op == Adasum and average_aggregated_gradients:
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
     if _LegacyOptimizer is not None and isinstance(optimizer, _LegacyOptimizer):
         if op == Adasum:
             raise NotImplementedError("hora does not implement Horovod's TF1 Adasum optimizer")
-        if backward_passes_per_step > 1:
-            raise NotImplementedError("backward_passes_per_step > 1 needs a Keras optimizer with hora")
         return _DistributedOptimizer(optimizer, name, use_locking, device_dense, device_sparse, compression,
                                      sparse_as_dense, op, gradient_predivide_factor, groups, process_set,
-                                     scale_local_gradients)
+                                     scale_local_gradients, backward_passes_per_step, average_aggregated_gradients)
     if op == Adasum:
         raise ValueError("op == Adasum is not supported yet with Keras")
     # Looked up when called: hora.tensorflow.keras is built on this package and imports it.
