@@ -129,6 +129,60 @@ def test_tf1_backward_passes_per_step_eagerly():
     np.testing.assert_allclose(w.numpy(), want, rtol=1e-4, atol=1e-5)
 
 
+def adasum_numpy(per_rank_arrays):
+    """Adasum's tree over the ranks, in float64: pairs combine as
+    (1 - a.b / 2|a|^2) a + (1 - a.b / 2|b|^2) b (see tests/python/distributed/test_adasum.py)."""
+    level = [np.asarray(x, np.float64).ravel() for x in per_rank_arrays]
+    while len(level) > 1:
+        pairs = []
+        for a, b in zip(level[::2], level[1::2]):
+            dot = a @ b
+            pairs.append((1 - dot / (2 * (a @ a))) * a + (1 - dot / (2 * (b @ b))) * b)
+        level = pairs
+    return level[0].reshape(np.shape(per_rank_arrays[0]))
+
+
+@pytest.mark.parametrize("graph", [False, True])
+@pytest.mark.parametrize("passes", [1, 2])
+def test_tf1_adasum_optimizer_combines_the_local_updates(graph, passes):
+    """op=Adasum with a TF1 optimizer: each rank takes `passes` local SGD steps, then the
+    variable becomes its start plus the Adasum of the ranks' deltas."""
+    n = hvd.size()
+    if n & (n - 1):
+        pytest.skip("Adasum needs a power-of-two number of ranks")
+    lr = 0.05
+    deltas = []
+    for r in range(n):
+        w = W0.astype(np.float64)
+        for _ in range(passes):
+            w = w - lr * linear_grad(w.astype(np.float32), r)
+        deltas.append(w - W0)
+    want = W0 + adasum_numpy(deltas)
+
+    def train_op(w, opt):
+        x, y = (tf.constant(a) for a in linear_data(hvd.rank()))
+        return opt.minimize(lambda: tf.reduce_sum(tf.square(tf.matmul(x, w) - y)), var_list=[w])
+
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(lr), op=hvd.Adasum,
+                                   backward_passes_per_step=passes)
+    if graph:
+        with tf.Graph().as_default():
+            w = tf.compat.v1.get_variable("w", initializer=tf.constant(W0))
+            x, y = (tf.constant(a) for a in linear_data(hvd.rank()))
+            train = opt.minimize(tf.reduce_sum(tf.square(tf.matmul(x, w) - y)))
+            with tf.compat.v1.Session() as session:
+                session.run(tf.compat.v1.global_variables_initializer())
+                for _ in range(passes):
+                    session.run(train)
+                got = session.run(w)
+    else:
+        w = tf.Variable(W0)
+        for _ in range(passes):
+            train_op(w, opt)
+        got = w.numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_sync_batch_normalization_uses_the_global_batch(mode):
     layer = hvd.SyncBatchNormalization(epsilon=1e-3, momentum=0.5)
     inputs = [per_rank(r, (4, 3), np.float32, 42) for r in range(hvd.size())]

@@ -277,6 +277,67 @@ if _LegacyOptimizer is not None:
             return self._optimizer.variables(*args, **kwargs)
 
 
+    class _DistributedAdasumOptimizer(_LegacyOptimizer):
+        """A TF1 optimizer that applies its own gradients locally and combines the resulting
+        model deltas across ranks with Adasum: every backward_passes_per_step passes, each
+        variable becomes start + Adasum(variable - start), and start that value (start being
+        the variable after the previous combination)."""
+
+        def __init__(self, optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
+                     compression=Compression.none, backward_passes_per_step=1):
+            super().__init__(name=name or f"DistributedDelta{type(optimizer).__name__}", use_locking=use_locking)
+            self._optimizer = optimizer
+            self._compression = compression
+            self._passes = backward_passes_per_step
+            self._steps = None
+            self._starts = {}
+
+        def compute_gradients(self, *args, **kwargs):
+            """The wrapped optimizer's local gradients: Adasum combines the updates instead."""
+            return self._optimizer.compute_gradients(*args, **kwargs)
+
+        def _state_for(self, variables):
+            with tf.init_scope():  # out of any tf.function or control flow, made once
+                if self._steps is None:
+                    self._steps = tf.Variable(0, dtype=tf.int64, trainable=False, name="adasum_steps")
+                for v in variables:
+                    if _key(v) not in self._starts:
+                        self._starts[_key(v)] = tf.Variable(tf.zeros(v.shape, v.dtype), trainable=False,
+                                                            name="delta_start")
+            return [self._starts[_key(v)] for v in variables]
+
+        def apply_gradients(self, grads_and_vars, global_step=None, name=None):
+            grads_and_vars = [(g, v) for g, v in grads_and_vars if g is not None]
+            variables = [v for _, v in grads_and_vars]
+            starts = self._state_for(variables)
+            steps = self._steps.read_value()
+            first = tf.cond(tf.equal(steps, 0),
+                            lambda: tf.group(*[s.assign(v) for s, v in zip(starts, variables)]), tf.no_op)
+            with tf.control_dependencies([first]):
+                update = self._optimizer.apply_gradients(grads_and_vars, global_step, name)
+
+            def combine():
+                deltas = [v - s for v, s in zip(variables, starts)]
+                combined = grouped_allreduce(deltas, op=Adasum, compression=self._compression,
+                                             name=f"{self.get_name()}_Adasum")
+                news = [s.assign_add(d) for s, d in zip(starts, combined)]
+                return tf.group(*[v.assign(n) for v, n in zip(variables, news)])
+
+            with tf.control_dependencies([update]):
+                combined = tf.cond(tf.equal((steps + 1) % self._passes, 0), combine, tf.no_op)
+            with tf.control_dependencies([combined]):
+                return tf.group(self._steps.assign_add(1, read_value=False))
+
+        def get_slot(self, *args, **kwargs):
+            return self._optimizer.get_slot(*args, **kwargs)
+
+        def get_slot_names(self, *args, **kwargs):
+            return self._optimizer.get_slot_names(*args, **kwargs)
+
+        def variables(self, *args, **kwargs):
+            return self._optimizer.variables(*args, **kwargs)
+
+
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
                          compression=Compression.none, sparse_as_dense=False, backward_passes_per_step=1,
                          op=Average, gradient_predivide_factor=1.0, average_aggregated_gradients=False,
@@ -291,7 +352,8 @@ def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="
         raise ValueError("Adasum does not support average_aggregated_gradients == True")
     if _LegacyOptimizer is not None and isinstance(optimizer, _LegacyOptimizer):
         if op == Adasum:
-            raise NotImplementedError("hora does not implement Horovod's TF1 Adasum optimizer")
+            return _DistributedAdasumOptimizer(optimizer, name, use_locking, device_dense, device_sparse, compression,
+                                               backward_passes_per_step)
         return _DistributedOptimizer(optimizer, name, use_locking, device_dense, device_sparse, compression,
                                      sparse_as_dense, op, gradient_predivide_factor, groups, process_set,
                                      scale_local_gradients, backward_passes_per_step, average_aggregated_gradients)
