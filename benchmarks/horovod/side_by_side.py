@@ -7,7 +7,7 @@ hora's runs use hora's .venv with the `horovod` alias (python/horovod_compat) in
 virtual environment benchmarks/horovod/setup_horovod.sh built (`horovodrun --gloo`). Sets:
 
   synthetic  Horovod's examples/pytorch/pytorch_synthetic_benchmark.py (from Horovod's unpacked
-             sdist, else from the Horovod mirror's git at v0.28.1), per --models x --np, total img/s
+             sdist, else from the Horovod mirror's git at v0.28.1), per --synthetic, total img/s
   cnn        workloads.py cnn: the Fashion-MNIST example's CNN, global batch 128, images/s
   allreduce  workloads.py allreduce: 4-byte latency, busbw at 1, 16, 64 MiB
   elastic    workloads.py elastic on 2 ranks of 2 one-slot "hosts" (localhost, 127.0.0.1, from a
@@ -20,7 +20,7 @@ Every rank runs with one thread (OMP_NUM_THREADS=1, torch.set_num_threads(1)). E
 timeout. The load average is recorded before and after each set.
 
 usage: benchmarks/horovod/side_by_side.py [--sets ...] [--repeat 3] [--np 2 4]
-           [--models resnet18 resnet50] [--horovod-dir ~/.cache/hora-bench] [--json FILE]
+           [--synthetic resnet18 resnet50:2 ...] [--horovod-dir ~/.cache/hora-bench] [--json FILE]
 (run with hora's .venv/bin/python; prints markdown)
 """
 
@@ -221,8 +221,9 @@ def interleaved(fws, repeat, one):
 def set_synthetic(args, fws, work):
     script = synthetic_script(args, work)
     results = []
-    for model in args.models:
-        for np_ in args.np:
+    for config in args.synthetic:
+        model, _, np_ = config.partition(":")
+        for np_ in [int(np_)] if np_ else args.np:
             batch = args.batch[model] if isinstance(args.batch, dict) else args.batch
 
             def one(fw):
@@ -321,7 +322,7 @@ def set_failures(args, fws, work):
             launch.stop()
             code = launch.finish(10)
             res["code"] = code
-            res["first_lines"] = [l for t, l in launch.lines if t >= event - 0.01 and not STEP.search(l)][:12]
+            res["first_lines"] = [l for t, l in launch.lines if t >= event - 0.01 and not STEP.search(l)][:60]
             return res
 
         results.append({"mode": mode, "np": 2, "load_before": load(),
@@ -348,6 +349,18 @@ def rows_table(header, rows):
     lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
     return "\n".join(lines)
+
+
+def gist(lines):
+    """The first 3 lines printed after the event, then those that say what failed (an error's
+    text, the launcher's own lines), up to 10 in all."""
+    keep = lines[:3]
+    for line in lines[3:]:
+        if len(keep) >= 10:
+            break
+        if re.search(r"Error|error|horarun:|hora .* E |Process \d+ exit|Mismatch|mismatch", line) and line not in keep:
+            keep.append(line)
+    return "\n```\n" + "\n".join(l[:300] for l in keep) + "\n```"
 
 
 def table(results):
@@ -411,8 +424,7 @@ def table(results):
             ["event", "framework", "runs (s)", "launcher exit codes"], rows))
         for s in results["failures"]:
             for fw in ("hora", "Horovod"):
-                out.append(f"{s['mode']}, {fw}, first lines after the event (round 0):\n```\n"
-                           + "\n".join(l[:240] for l in s["runs"][fw][0]["first_lines"]) + "\n```")
+                out.append(f"{s['mode']}, {fw}, after the event (round 0): " + gist(s["runs"][fw][0]["first_lines"]))
     return "\n\n".join(out)
 
 
@@ -423,7 +435,8 @@ def main():
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--failure-repeat", type=int, default=1)
     p.add_argument("--np", type=int, nargs="+", default=[2, 4])
-    p.add_argument("--models", nargs="+", default=["resnet18", "resnet50"])
+    p.add_argument("--synthetic", nargs="+", default=["resnet18", "resnet50"],
+                   help="models of the synthetic benchmark, each MODEL (every --np) or MODEL:NP")
     p.add_argument("--batch", type=int, default=None, help="per-rank batch (default: resnet18 16, resnet50 8)")
     p.add_argument("--batches-per-iter", type=int, default=5)
     p.add_argument("--horovod-dir", default=os.path.expanduser("~/.cache/hora-bench"))
