@@ -214,7 +214,7 @@ class ElasticJob:
             log.warning("hora.ray: refused a proxy connection: %s: %s", type(e).__name__, e)
             sock.close()
             return
-        worker = _Worker(worker_id, host, env.get("HORA_RANK", "?"))
+        worker = _Worker(worker_id, host, int(env.get("HORA_RANK", 0)))
         with self._lock:
             self._workers.append(worker)
         threading.Thread(target=self._place_and_watch, args=(worker, env, channel), name=f"hora-ray-{worker_id}",
@@ -253,7 +253,7 @@ class ElasticJob:
                    # Any node with the host's address: Ray's built-in resource of every node.
                    "resources": {f"node:{worker.host}": 0.001}, "max_restarts": 0}
         actor = self._actor_cls.options(**options).remote(
-            world_rank=int(worker.started_rank), world_size=int(size))
+            world_rank=worker.started_rank, world_size=int(size))
         worker.actor = actor
         environment = dict(self.extra_env_vars)
         environment.update(env)

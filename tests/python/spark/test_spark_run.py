@@ -202,7 +202,7 @@ def test_the_keras_fashion_mnist_example_trains_on_spark(spark, capsys):
 
     example = _load_example("fashion_mnist_keras_spark")
     example.ship(spark)
-    options = dict(epochs=2, steps_per_epoch=15, test_images=1000)
+    options = dict(epochs=2, steps_per_epoch=20, test_images=1000)
     results = hora.spark.run(example.train, args=(options,), num_proc=2)
     assert [(r["rank"], r["size"]) for r in results] == [(0, 2), (1, 2)]
     # Data parallelism: the same averaged gradients from the same broadcast start, so the same
