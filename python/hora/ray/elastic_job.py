@@ -313,11 +313,16 @@ class _PlacementError(RuntimeError):
 
 
 def _relay(stream, out, keep):
+    """Copies horarun's lines to ``out`` until horarun closes the pipe; once ``out`` is closed
+    (the caller gave up on the run) it only drains, so that horarun never blocks on a full pipe."""
     for line in stream:
-        out.write(line)
-        out.flush()
         if keep is not None:
             keep.append(line.rstrip("\n"))
+        try:
+            out.write(line)
+            out.flush()
+        except (ValueError, OSError):
+            pass
 
 
 def _stop(proc):
