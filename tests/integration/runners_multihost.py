@@ -128,18 +128,17 @@ def check_elastic_kill(settings, hosts, progress_dir):
 
     executor = RayExecutor(settings, min_workers=1, max_workers=2, cpus_per_worker=1)
     executor.start()
-    result, deadline = elastic_jobs.run_in_thread(executor, elastic_jobs.train,
-                                                  (progress_dir, elastic_jobs.shrank_from(2)))
-    killed_after = elastic_jobs.wait_progress(progress_dir, 2, 2 * elastic_jobs.COMMIT_EVERY, deadline,
+    job = elastic_jobs.RunInThread(executor, elastic_jobs.train, (progress_dir, elastic_jobs.shrank_from(2)))
+    killed_after = elastic_jobs.wait_progress(job, progress_dir, 2, 2 * elastic_jobs.COMMIT_EVERY,
                                               between_commits=True)
     with open(os.path.join(progress_dir, "pid.1")) as f:
         pid = int(f.read())
     killed_host = host_of(pid)
     os.kill(pid, 9)
     killed_at = time.monotonic()
-    elastic_jobs.wait_progress(progress_dir, 1, 0, deadline)
+    elastic_jobs.wait_progress(job, progress_dir, 1, 0)
     elapsed = time.monotonic() - killed_at
-    [(weights, log, ran, _)] = result()
+    [(weights, log, ran, _)] = job.result()
     elastic_jobs.check_training(weights, log)
     elastic_jobs.check_redone(ran, killed_after)
     assert killed_host in hosts, (killed_host, hosts)

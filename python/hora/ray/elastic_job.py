@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import ray
 
@@ -42,6 +43,9 @@ HELLO_TIMEOUT_S = 10.0
 HORARUN_STOP_S = 10.0
 # horarun's lines kept for the error message of a failed job.
 KEPT_LINES = 40
+# How long run() waits, once the job ended, for Ray to report its killed actors dead: their
+# resources are free for the next run when it returns.
+ACTORS_GONE_S = 10.0
 
 
 # Looked up here, not in the forked child, where loading a library could meet a lock that
@@ -240,6 +244,9 @@ class ElasticJob:
         except _PlacementError as e:
             code, text = 1, str(e)
             self._fail(worker, text)
+        except Exception as e:  # a Ray call failed: the worker fails, not the driver's thread
+            code, text = 1, f"hora.ray: {worker.name()}: {type(e).__name__}: {e}"
+            self._fail(worker, text)
         worker.ended.set()
         try:
             channel.send((code, text))
@@ -301,11 +308,21 @@ class ElasticJob:
             self._failures.append((worker, text, traceback))
 
     def _kill_actors(self):
+        """Kills every actor of the run and waits (up to ACTORS_GONE_S) until Ray has seen each
+        one's function end, so that their CPUs are free when run() returns."""
         with self._lock:
             workers = list(self._workers)
         for w in workers:
             if w.actor is not None:
+                if not w.ended.is_set():
+                    w.stopped = True  # the job is over: not a failure of its own
                 ray.kill(w.actor)
+        deadline = time.monotonic() + ACTORS_GONE_S
+        for w in workers:
+            if not w.ended.wait(timeout=max(0.0, deadline - time.monotonic())):
+                log.warning("hora.ray: %s: Ray has not reported its killed actor dead after %g s", w.name(),
+                            ACTORS_GONE_S)
+                break
 
 
 class _PlacementError(RuntimeError):

@@ -82,41 +82,48 @@ def progress(progress_dir):
         return 0, 0
 
 
-def wait_progress(progress_dir, size, steps, deadline, between_commits=False):
+def wait_progress(job, progress_dir, size, steps, between_commits=False):
     """The step count once training ran ``steps`` steps at ``size``; with ``between_commits``,
     at a step 1 or 2 past a commit, so that a kill then comes at least 2 steps before the next
-    commit and after at least 1 step that the restore must redo."""
+    commit and after at least 1 step that the restore must redo. Fails at the job's deadline, or
+    with the job's error if it ended first."""
     while True:
         step, now = progress(progress_dir)
         if now == size and step >= steps and (not between_commits or step % COMMIT_EVERY in (1, 2)):
             return step
-        assert time.monotonic() < deadline, f"training never reached {steps} steps at size {size} (at {step}, {now})"
+        if job.ended():
+            job.result()  # raises the run's error
+            raise AssertionError(f"the run ended before {steps} steps at size {size} (at {step}, {now})")
+        assert time.monotonic() < job.deadline, \
+            f"training never reached {steps} steps at size {size} within {RUN_DEADLINE_S} s (at {step}, {now})"
         time.sleep(0.05)
 
 
-def run_in_thread(executor, fn, args):
-    """executor.run in a thread, so that the test can act on the cluster meanwhile; returns a
-    function that waits (within RUN_DEADLINE_S of now) and gives the result or raises."""
-    box = {}
+class RunInThread:
+    """executor.run(fn, args=args) in a thread, so that the test can act on the cluster
+    meanwhile; result() waits (up to RUN_DEADLINE_S from the start) and returns it or raises."""
 
-    def target():
+    def __init__(self, executor, fn, args):
+        self._box = {}
+        self.deadline = time.monotonic() + RUN_DEADLINE_S
+        self._thread = threading.Thread(target=self._run, args=(executor, fn, args), daemon=True)
+        self._thread.start()
+
+    def _run(self, executor, fn, args):
         try:
-            box["result"] = executor.run(fn, args=args)
+            self._box["result"] = executor.run(fn, args=args)
         except BaseException as e:  # noqa: B036 - handed to the test's thread
-            box["error"] = e
+            self._box["error"] = e
 
-    thread = threading.Thread(target=target, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + RUN_DEADLINE_S
+    def ended(self):
+        return not self._thread.is_alive()
 
-    def result():
-        thread.join(timeout=max(0, deadline - time.monotonic()))
-        assert not thread.is_alive(), f"the elastic run did not end within {RUN_DEADLINE_S} s"
-        if "error" in box:
-            raise box["error"]
-        return box["result"]
-
-    return result, deadline
+    def result(self):
+        self._thread.join(timeout=max(0, self.deadline - time.monotonic()))
+        assert self.ended(), f"the elastic run did not end within {RUN_DEADLINE_S} s"
+        if "error" in self._box:
+            raise self._box["error"]
+        return self._box["result"]
 
 
 def check_training(weights, log):

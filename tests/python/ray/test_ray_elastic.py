@@ -94,11 +94,11 @@ def test_a_node_that_joins_grows_the_job(cluster, tmp_path):
     before = sorted(cluster.alive())
     executor = _elastic_executor(min_workers=1, max_workers=len(before) + 1)
     executor.start()
-    result, deadline = jobs.run_in_thread(executor, jobs.train, (str(tmp_path), jobs.grew_to(len(before) + 1)))
-    jobs.wait_progress(str(tmp_path), len(before), 2 * COMMIT_EVERY, deadline)
+    job = jobs.RunInThread(executor, jobs.train, (str(tmp_path), jobs.grew_to(len(before) + 1)))
+    jobs.wait_progress(job, str(tmp_path), len(before), 2 * COMMIT_EVERY)
     new = cluster.new_ip()
     cluster.add(new)
-    results = result()
+    results = job.result()
     assert len(results) == len(before) + 1  # every worker of the last generation returned
     for weights, log, _, _ in results:
         jobs.check_training(weights, log)
@@ -113,15 +113,15 @@ def test_a_killed_worker_shrinks_the_job_which_resumes_from_the_last_commit(clus
     size = len(cluster.alive())
     executor = _elastic_executor(min_workers=1, max_workers=size)
     executor.start()
-    result, deadline = jobs.run_in_thread(executor, jobs.train, (str(tmp_path), jobs.shrank_from(size)))
-    killed_after = jobs.wait_progress(str(tmp_path), size, 2 * COMMIT_EVERY, deadline, between_commits=True)
+    job = jobs.RunInThread(executor, jobs.train, (str(tmp_path), jobs.shrank_from(size)))
+    killed_after = jobs.wait_progress(job, str(tmp_path), size, 2 * COMMIT_EVERY, between_commits=True)
     with open(tmp_path / f"pid.{size - 1}") as f:
         os.kill(int(f.read()), signal.SIGKILL)  # the actor's process, as the OOM killer would
     killed_at = time.monotonic()
-    jobs.wait_progress(str(tmp_path), size - 1, 0, deadline)
+    jobs.wait_progress(job, str(tmp_path), size - 1, 0)
     print(f"\nhora.ray elastic: actor killed -> a step at {size - 1} rank(s) after "
           f"{time.monotonic() - killed_at:.2f} s", file=sys.stderr)
-    results = result()
+    results = job.result()
     assert len(results) == size - 1
     weights, log, ran, _ = results[0]
     jobs.check_training(weights, log)
@@ -139,13 +139,13 @@ def test_fewer_than_min_workers_ends_the_job_naming_the_lost_worker(cluster, tmp
     executor = ElasticRayExecutor(settings, cpus_per_slot=1)
     executor.start()
     progress = str(tmp_path)
-    result, deadline = jobs.run_in_thread(_NoArgs(executor), jobs.train, (progress, lambda log: False))
-    jobs.wait_progress(progress, size, COMMIT_EVERY, deadline)
+    job = jobs.RunInThread(_NoArgs(executor), jobs.train, (progress, lambda log: False))
+    jobs.wait_progress(job, progress, size, COMMIT_EVERY)
     with open(tmp_path / f"pid.{size - 1}") as f:
         os.kill(int(f.read()), signal.SIGKILL)
     killed_at = time.monotonic()
     with pytest.raises(RunError) as info:
-        result()
+        job.result()
     # The elastic timeout (3 s) after the kill, plus the detection and horarun's stop.
     elapsed = time.monotonic() - killed_at
     print(f"\nhora.ray elastic: actor killed below min_workers -> RunError after {elapsed:.2f} s", file=sys.stderr)
