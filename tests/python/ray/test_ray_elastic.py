@@ -97,7 +97,11 @@ def test_a_node_that_joins_grows_the_job(cluster, tmp_path):
     job = jobs.RunInThread(executor, jobs.train, (str(tmp_path), jobs.grew_to(len(before) + 1)))
     jobs.wait_progress(job, str(tmp_path), len(before), 2 * COMMIT_EVERY)
     new = cluster.new_ip()
+    added_at = time.monotonic()
     cluster.add(new)
+    jobs.wait_progress(job, str(tmp_path), len(before) + 1, 0)
+    print(f"\nhora.ray elastic: node {new} added -> a step at {len(before) + 1} rank(s) after "
+          f"{time.monotonic() - added_at:.2f} s", file=sys.stderr)
     results = job.result()
     assert len(results) == len(before) + 1  # every worker of the last generation returned
     for weights, log, _, _ in results:
