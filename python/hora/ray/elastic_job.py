@@ -97,8 +97,10 @@ class _Worker:
 
 
 class ElasticJob:
-    """``limits``: min_workers, max_workers, reset_limit, cooldown_range, elastic_timeout.
-    ``timeout_s`` bounds the ranks' collectives (HORA_TIMEOUT_SECONDS) and each actor's start."""
+    """min_workers, max_workers, reset_limit, cooldown_range and elastic_timeout are horarun's
+    --min-np, --max-np, --reset-limit, --blacklist-cooldown-range and --elastic-timeout.
+    ``timeout_s`` bounds the ranks' collectives (HORA_TIMEOUT_SECONDS) and each actor's start;
+    ``resources`` are one actor's ({"CPU": n, "GPU": m}); ``executable`` is (cls, args, kwargs)."""
 
     def __init__(self, discovery, *, min_workers, max_workers=None, reset_limit=None, cooldown_range=None,
                  elastic_timeout=600, timeout_s=30, nics=None, verbose=1, resources=None, extra_env_vars=None,
