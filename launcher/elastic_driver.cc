@@ -56,6 +56,15 @@ milliseconds joinWindowOf(const Env& worker_env) {
   return milliseconds(static_cast<int64_t>(seconds * 1000));
 }
 
+// Whether every worker is started on this machine whatever its host: set (to 1) in horarun's own
+// environment by hora.ray's elastic executor, whose worker command is a local proxy that places
+// the worker as a Ray actor on that host (python/hora/ray/elastic_job.py). Not a user knob: with
+// it, a remote host's worker is never reached through ssh.
+bool startsEveryWorkerHere() {
+  const char* v = std::getenv("HORA_ELASTIC_WORKERS_HERE");
+  return v != nullptr && std::string(v) == "1";
+}
+
 ElasticLimits limitsOf(const JobFlags& f, const Env& worker_env) {
   ElasticLimits l;
   l.min_np = f.elastic.min_np > 0 ? f.elastic.min_np : f.np;
@@ -276,7 +285,7 @@ class ElasticDriver {
         continue;
       }
       auto local = local_.find(w.host);
-      if (local == local_.end()) local = local_.emplace(w.host, isLocalHost(w.host)).first;
+      if (local == local_.end()) local = local_.emplace(w.host, every_worker_here_ || isLocalHost(w.host)).first;
       if (local->second) {
         WorkerSpec spec;
         spec.rank = number;  // the WorkerSet's number: ranks change with each generation
@@ -328,6 +337,7 @@ class ElasticDriver {
   std::map<std::string, std::string> nonces_;  // the last join read of each worker
   std::map<std::string, bool> local_;    // by host: this machine?
   std::vector<std::pair<std::string, std::string>> unstartable_;  // (worker id, why), reported as exits
+  const bool every_worker_here_ = startsEveryWorkerHere();
   int next_number_ = 0;
   int64_t joins_seen_ = -1;
   int64_t hosts_updated_ = 0;

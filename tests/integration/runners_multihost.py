@@ -3,15 +3,19 @@ run on hosts 1-3: `runners_multihost.py spark spark://h1:7077 h1` or `... ray h1
 
 Two ranks land on hosts 2 and 3; the checks: each rank's host and topology as hora derived it,
 an allreduce against numpy over the hosts' link, the training reference, and a rank killed
-mid-job failing the run within seconds with an error naming the rank and its host."""
+mid-job failing the run within seconds with an error naming the rank and its host. On Ray also an
+elastic job on the two hosts' nodes that loses rank 1's actor and goes on from its last commit."""
 
 import os
 import sys
+import tempfile
 import time
 
 import numpy
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "ray"))
+import elastic_jobs  # noqa: E402
 import runner_jobs  # noqa: E402
 from hora.runner import RunError  # noqa: E402
 
@@ -116,6 +120,32 @@ def check_link_cut(run, what, timeout_s):
           f"(HORA_TIMEOUT_SECONDS={timeout_s}): {first}")
 
 
+def check_elastic_kill(settings, hosts, progress_dir):
+    """An elastic RayExecutor on the two hosts' nodes (horarun on host 1 starts the workers there
+    as actors, the store on host 1): rank 1's actor killed, the job goes on at one rank from
+    its last commit and ends equal to the numpy replay of its log."""
+    from hora.ray import RayExecutor
+
+    executor = RayExecutor(settings, min_workers=1, max_workers=2, cpus_per_worker=1)
+    executor.start()
+    job = elastic_jobs.RunInThread(executor, elastic_jobs.train, (progress_dir, elastic_jobs.shrank_from(2)))
+    killed_after = elastic_jobs.wait_progress(job, progress_dir, 2, 2 * elastic_jobs.COMMIT_EVERY,
+                                              between_commits=True)
+    with open(os.path.join(progress_dir, "pid.1")) as f:
+        pid = int(f.read())
+    killed_host = host_of(pid)
+    os.kill(pid, 9)
+    killed_at = time.monotonic()
+    elastic_jobs.wait_progress(job, progress_dir, 1, 0)
+    elapsed = time.monotonic() - killed_at
+    [(weights, log, ran, _)] = job.result()
+    elastic_jobs.check_training(weights, log)
+    elastic_jobs.check_redone(ran, killed_after)
+    assert killed_host in hosts, (killed_host, hosts)
+    print(f"ok: elastic RayExecutor on {sorted(hosts)}: rank 1's actor on {killed_host} killed -> a step at 1 rank "
+          f"after {elapsed:.2f} s; {len(log)} steps, weights equal the replay of the commits")
+
+
 def spark_main(master, driver_host, hosts):
     from pyspark.sql import SparkSession
 
@@ -156,6 +186,7 @@ def ray_main(address, driver_host, hosts):
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     ray.cloudpickle.register_pickle_by_value(runner_jobs)
+    ray.cloudpickle.register_pickle_by_value(elastic_jobs)
     from hora.ray import RayExecutor
 
     ray.init(address=address, _node_ip_address=driver_host, configure_logging=False)
@@ -170,7 +201,11 @@ def ray_main(address, driver_host, hosts):
         print("ok: training through RayExecutor across hosts equals the one-process reference")
         message = check_kill(lambda fn, pid_dir: executor.run(fn, args=[pid_dir]), "hora.ray")
         assert any(f"rank 1 on node {h} lost its Ray actor" in message for h in hosts), message
-        executor.start()  # the failed run shut the executor down
+        # The failed run shut the executor down, so the nodes' CPUs are free for an elastic job
+        # (before the host death below, which leaves one node).
+        with tempfile.TemporaryDirectory(prefix="hora-elastic-") as progress_dir:
+            check_elastic_kill(settings, hosts, progress_dir)
+        executor.start()
         check_host_death(lambda fn, pid_dir: executor.run(fn, args=[pid_dir]), "hora.ray")
         executor.shutdown()
     finally:

@@ -4,7 +4,7 @@
 # head on host 1 (no CPUs) with a node on each of hosts 2 and 3. The driver runs on host 1
 # (runners_multihost.py); the ranks land on hosts 2 and 3 and talk over the hosts' link; a rank
 # is killed, a host's link cut (Spark), then a whole host killed (every process in its
-# namespace). Every
+# namespace); on Ray also an elastic job that loses an actor. Every
 # daemon binds its host's address and is stopped at the end, with everything else left in the
 # hosts' namespaces.
 #
@@ -101,7 +101,8 @@ for i in 2 3; do
     "${ray_common[@]}" >"$logs/ray-node$i.log" 2>&1
   check "ray start on host $i" $?
 done
-on_host 1 timeout 300 "$python" "$here/runners_multihost.py" ray "$h1:6379" "$h1" "$h2" "$h3" \
+# 600 s: the elastic job (one more set of actors to start) comes on top of the fixed ones.
+on_host 1 timeout 600 "$python" "$here/runners_multihost.py" ray "$h1:6379" "$h1" "$h2" "$h3" \
   >"$logs/ray-driver.log" 2>&1
 code=$?
 grep -E "^(ok|   )" "$logs/ray-driver.log"

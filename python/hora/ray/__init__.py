@@ -1,9 +1,25 @@
 """hora on Ray: ``RayExecutor`` (horovod.ray's), whose ranks are Ray actors placed by a
-placement group. Elastic training on Ray (ElasticRayExecutor, min_workers/max_workers) is not
-supported yet (docs/spark_ray.md)."""
+placement group, or with ``min_workers`` an elastic job on Ray's nodes; and
+``ElasticRayExecutor`` (horovod.ray's older elastic API). docs/spark_ray.md.
 
-from hora.ray.executor import MiniSettings, RayExecutor
-from hora.ray.worker import BaseHorovodWorker
-from hora.runner import RunError
+The names are imported on first use: ``python -m hora.ray._actor_proxy`` (which horarun starts
+for every elastic worker) must not pay for importing Ray."""
 
-__all__ = ["RayExecutor", "BaseHorovodWorker", "MiniSettings", "RunError"]
+import importlib
+
+_WHERE = {
+    "RayExecutor": "hora.ray.executor",
+    "MiniSettings": "hora.ray.executor",
+    "BaseHorovodWorker": "hora.ray.worker",
+    "ElasticRayExecutor": "hora.ray.elastic",
+    "RayHostDiscovery": "hora.ray.discovery",
+    "RunError": "hora.runner",
+}
+
+__all__ = list(_WHERE)
+
+
+def __getattr__(name):
+    if name not in _WHERE:
+        raise AttributeError(f"module 'hora.ray' has no attribute {name!r}")
+    return getattr(importlib.import_module(_WHERE[name]), name)

@@ -7,6 +7,10 @@ Ray's calls. run() calls the function on every actor and waits for whichever fin
 so a rank that raises or whose actor dies ends the run at once with a RunError naming the rank
 and its node (and the traceback); the executor's actors are then killed, and another run needs
 a new start().
+
+With min_workers the executor is elastic (hora.ray.elastic.ElasticMode): every run is an
+elastic job whose workers come and go with Ray's nodes; run_remote and execute_single, which
+need a fixed set of actors, are refused there as in horovod.ray.
 """
 
 import dataclasses
@@ -19,6 +23,7 @@ from hora import _job_env
 import hora.ray.placement as placement
 from hora.ray.worker import BaseHorovodWorker
 from hora.runner import _raise_root_cause
+from hora.ray.elastic import ElasticMode
 
 
 @dataclasses.dataclass
@@ -32,6 +37,7 @@ class MiniSettings:
     ssh_str: Optional[str] = None
     verbose: int = 1
     elastic: bool = False
+    discovery: object = None  # with override_discovery=False: the elastic job's host discovery
 
 
 class RayExecutor:
@@ -49,13 +55,24 @@ class RayExecutor:
                  use_gpu=False, gpus_per_worker=None, use_current_placement_group=True, min_workers=None,
                  max_workers=None, reset_limit=None, cooldown_range=None, elastic_timeout=600,
                  override_discovery=True):
-        if min_workers is not None or max_workers is not None:
-            raise ValueError("RayExecutor: elastic mode (min_workers/max_workers) is not supported by hora.ray yet "
-                             "(docs/spark_ray.md); give num_workers or num_hosts")
-        if (num_workers is None) == (num_hosts is None):
-            raise ValueError("RayExecutor: give either num_workers, or num_hosts with num_workers_per_host")
+        if max_workers is not None and (not min_workers or min_workers <= 0):
+            raise ValueError("RayExecutor: max_workers needs a positive min_workers (elastic mode)")
+        if min_workers is not None and (num_workers is not None or num_hosts is not None):
+            raise ValueError("RayExecutor: give min_workers (elastic) or num_workers/num_hosts (fixed), not both")
         if gpus_per_worker and not use_gpu:
             raise ValueError("RayExecutor: gpus_per_worker is set but use_gpu is False")
+        self._elastic = None
+        if min_workers is not None:
+            if min_workers <= 0:
+                raise ValueError(f"RayExecutor: min_workers={min_workers} must be positive")
+            self.settings = settings
+            self._elastic = ElasticMode(settings, min_workers, max_workers, reset_limit, cooldown_range,
+                                        elastic_timeout, override_discovery, cpus_per_worker, use_gpu,
+                                        gpus_per_worker)
+            self.workers, self.hosts, self._group = [], [], None
+            return
+        if (num_workers is None) == (num_hosts is None):
+            raise ValueError("RayExecutor: give either num_workers, or num_hosts with num_workers_per_host")
         self.settings = settings
         self.num_workers = num_workers if num_workers is not None else num_hosts * num_workers_per_host
         self.num_hosts, self.num_workers_per_host = num_hosts, num_workers_per_host
@@ -65,7 +82,10 @@ class RayExecutor:
         self._group = None
 
     def start(self, executable_cls=None, executable_args=None, executable_kwargs=None, extra_env_vars=None):
-        """Places the actors, gives them their ranks and instantiates ``executable_cls`` in each."""
+        """Places the actors, gives them their ranks and instantiates ``executable_cls`` in each.
+        Elastic: waits up to elastic_timeout for min_workers slots; each run makes its actors."""
+        if self._elastic is not None:
+            return self._elastic.start(executable_cls, executable_args, executable_kwargs, extra_env_vars)
         if self.workers:
             raise RuntimeError("RayExecutor.start: already started; call shutdown() first")
         timeout = self.settings.placement_group_timeout_s
@@ -108,25 +128,36 @@ class RayExecutor:
     def run(self, fn, args=None, kwargs=None, callbacks=None):
         """``fn(*args, **kwargs)`` on every rank; the results in rank order."""
         args, kwargs = list(args or []), dict(kwargs or {})
+        if self._elastic is not None:
+            return self._elastic.run(lambda executable: fn(*args, **kwargs))
         return self._run_reporting(lambda executable: fn(*args, **kwargs))
 
     def execute(self, fn, callbacks=None):
         """``fn(executable)`` on every rank (the object start() made from executable_cls, else
         None); the results in rank order."""
+        if self._elastic is not None:
+            return self._elastic.run(fn)
         return self._run_reporting(fn)
 
     def run_remote(self, fn, args=None, kwargs=None):
         """Starts ``fn(*args, **kwargs)`` on every rank and returns the ObjectRefs, in rank order.
         These are Ray's own: a failure shows when they are ray.get()."""
+        if self._elastic is not None:
+            raise NotImplementedError("RayExecutor.run_remote: elastic workers come and go during a run, so there "
+                                      "is no fixed list of ObjectRefs; use run()")
         args, kwargs = list(args or []), dict(kwargs or {})
         return [w.execute.remote(lambda _: fn(*args, **kwargs)) for w in self._started()]
 
     def execute_single(self, fn):
         """``fn(executable)`` on rank 0 only; its result."""
+        if self._elastic is not None:
+            raise NotImplementedError("RayExecutor.execute_single: elastic mode has no lasting rank 0; use execute()")
         return ray.get(self._started()[0].execute.remote(fn))
 
     def shutdown(self):
         """Kills the actors and frees their placement group. Idempotent."""
+        if self._elastic is not None:
+            return self._elastic.shutdown()
         for w in self.workers:
             ray.kill(w)
         self.workers, self.hosts = [], []

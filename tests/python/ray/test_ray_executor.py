@@ -119,8 +119,12 @@ def test_an_infeasible_placement_is_a_timeout(ray_cluster):
 
 
 def test_arguments_are_checked():
-    with pytest.raises(ValueError, match="elastic"):
-        _executor(min_workers=1, max_workers=2)
+    with pytest.raises(ValueError, match="not both"):
+        _executor(min_workers=1, max_workers=2, num_workers=2)
+    with pytest.raises(ValueError, match="positive min_workers"):
+        _executor(max_workers=2)
+    with pytest.raises(ValueError, match="below min_workers"):
+        _executor(min_workers=3, max_workers=2)
     with pytest.raises(ValueError, match="either num_workers"):
         _executor()
     with pytest.raises(ValueError, match="gpus_per_worker"):

@@ -183,6 +183,39 @@ def test_the_fashion_mnist_example_trains_through_horovod_runner(spark, capsys, 
     assert (tmp_path / "checkpoint.pt").exists()  # rank 0 wrote it, through the shared file system
 
 
+def _load_example(name):
+    import importlib.util
+
+    import cloudpickle
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "spark", name + ".py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    example = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = example  # cloudpickle pickles by value only what was imported
+    spec.loader.exec_module(example)
+    cloudpickle.register_pickle_by_value(example)
+    return example
+
+
+def test_the_keras_fashion_mnist_example_trains_on_spark(spark, capsys):
+    import hora.spark
+
+    example = _load_example("fashion_mnist_keras_spark")
+    example.ship(spark)
+    options = dict(epochs=2, steps_per_epoch=20, test_images=1000)
+    results = hora.spark.run(example.train, args=(options,), num_proc=2)
+    assert [(r["rank"], r["size"]) for r in results] == [(0, 2), (1, 2)]
+    # Data parallelism: the same averaged gradients from the same broadcast start, so the same
+    # weights on every rank, bit for bit.
+    for mine, theirs in zip(results[0]["weights"], results[1]["weights"]):
+        numpy.testing.assert_array_equal(mine, theirs)
+    r = results[0]
+    assert r["loss_after"] < 0.8 * r["loss_before"], r  # a chance-level start is ln(10) = 2.30
+    assert r["accuracy"] > 0.6, r
+    assert results[1]["accuracy"] == r["accuracy"]  # averaged over the ranks' shards
+    out = capsys.readouterr().out
+    assert re.search(r"^\[0\]<stdout>:RESULT test loss", out, re.M), out
+
 
 def test_a_killed_executor_fails_the_run_within_seconds_naming_it(spark):
     # Last: the cluster replaces the executor, which takes a while.

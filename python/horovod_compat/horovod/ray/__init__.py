@@ -1,6 +1,4 @@
-"""horovod.ray is hora.ray: ``RayExecutor`` and ``BaseHorovodWorker`` with horovod.ray's API.
+"""horovod.ray is hora.ray: ``RayExecutor`` (fixed, or elastic with min_workers),
+``ElasticRayExecutor`` and ``BaseHorovodWorker`` with horovod.ray's API (hora's docs/spark_ray.md)."""
 
-``ElasticRayExecutor`` and RayExecutor's elastic arguments (min_workers, max_workers) are not
-supported yet (hora's docs/spark_ray.md)."""
-
-from hora.ray import BaseHorovodWorker, RayExecutor  # noqa: F401
+from hora.ray import BaseHorovodWorker, ElasticRayExecutor, RayExecutor  # noqa: F401

@@ -1,0 +1,169 @@
+"""Elastic hora jobs on a real Ray cluster (hora.ray.elastic): a head without CPUs (this
+process, ray.init) and worker nodes of one CPU each on 127.0.0.2, 127.0.0.3, ... (`ray start`
+processes this module starts and kills by process group), so that each worker is a host of its
+own as on a real cluster. The job and its checks against a numpy reference: elastic_jobs.py."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy
+import pytest
+
+import elastic_jobs as jobs
+from elastic_jobs import COMMIT_EVERY
+from hora.ray import ElasticRayExecutor, RayExecutor
+from hora.ray.discovery import RayHostDiscovery
+from hora.runner import RunError
+
+NODE_DEADLINE_S = 60
+
+
+class _Cluster:
+    """The head (ray.init in this process) and worker nodes by IP."""
+
+    def __init__(self, tmp):
+        import ray
+
+        self.ray = ray
+        # address="local": a new cluster, whatever another cluster on this machine left behind.
+        ray.init(address="local", num_cpus=0, include_dashboard=False, configure_logging=False,
+                 _temp_dir=str(tmp))
+        self.temp_dir = str(tmp)
+        self.address = ray.get_runtime_context().gcs_address
+        self.nodes = {}  # ip -> the `ray start --block` process (the leader of its process group)
+
+    def alive(self):
+        return {n["NodeManagerAddress"] for n in self.ray.nodes() if n["Alive"] and n["Resources"].get("CPU")}
+
+    def add(self, ip):
+        ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+        self.nodes[ip] = subprocess.Popen(
+            [ray_cli, "start", "--address", self.address, "--node-ip-address", ip, "--num-cpus", "1", "--block",
+             "--temp-dir", self.temp_dir, "--disable-usage-stats"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait_for(self, ips):
+        deadline = time.monotonic() + NODE_DEADLINE_S
+        while not set(ips) <= self.alive():
+            assert time.monotonic() < deadline, f"Ray nodes {ips} not up after {NODE_DEADLINE_S} s: {self.alive()}"
+            time.sleep(0.2)
+
+    def ensure(self, *ips):
+        for ip in ips:
+            if ip not in self.nodes:
+                self.add(ip)
+        self.wait_for(ips)
+
+    def new_ip(self):
+        return next(f"127.0.0.{i}" for i in range(2, 250) if f"127.0.0.{i}" not in self.nodes)
+
+    def close(self):
+        for proc in self.nodes.values():
+            os.killpg(proc.pid, signal.SIGKILL)  # the node's raylet and workers are in its group
+            proc.wait(timeout=30)
+        self.ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def cluster(request, tmp_path_factory):
+    import ray.cloudpickle
+
+    ray.cloudpickle.register_pickle_by_value(request.module)  # the actors cannot import these files
+    ray.cloudpickle.register_pickle_by_value(jobs)
+    c = _Cluster(tmp_path_factory.mktemp("ray"))
+    c.ensure("127.0.0.2")
+    yield c
+    c.close()
+
+
+def _elastic_executor(**kwargs):
+    settings = RayExecutor.create_settings(timeout_s=30)
+    return RayExecutor(settings, cpus_per_worker=1, **kwargs)
+
+
+def test_discovery_is_the_alive_nodes_with_cpus(cluster):
+    cluster.ensure("127.0.0.2")
+    hosts = RayHostDiscovery(cpus_per_worker=1).find_available_hosts_and_slots()
+    assert hosts == {ip: 1 for ip in cluster.alive()}  # the head has no CPU: no host
+    assert RayHostDiscovery(cpus_per_worker=2).find_available_hosts_and_slots() == {}
+
+
+def test_a_node_that_joins_grows_the_job(cluster, tmp_path):
+    before = sorted(cluster.alive())
+    executor = _elastic_executor(min_workers=1, max_workers=len(before) + 1)
+    executor.start()
+    job = jobs.RunInThread(executor, jobs.train, (str(tmp_path), jobs.grew_to(len(before) + 1)))
+    jobs.wait_progress(job, str(tmp_path), len(before), 2 * COMMIT_EVERY)
+    new = cluster.new_ip()
+    added_at = time.monotonic()
+    cluster.add(new)
+    jobs.wait_progress(job, str(tmp_path), len(before) + 1, 0)
+    print(f"\nhora.ray elastic: node {new} added -> a step at {len(before) + 1} rank(s) after "
+          f"{time.monotonic() - added_at:.2f} s", file=sys.stderr)
+    results = job.result()
+    assert len(results) == len(before) + 1  # every worker of the last generation returned
+    for weights, log, _, _ in results:
+        jobs.check_training(weights, log)
+        numpy.testing.assert_array_equal(weights, results[0][0])
+        sizes = [n for _, n in log]
+        assert sizes[0] <= len(before) and sizes[-1] == len(before) + 1
+    cluster.wait_for([new])
+
+
+def test_a_killed_worker_shrinks_the_job_which_resumes_from_the_last_commit(cluster, tmp_path):
+    cluster.ensure("127.0.0.2", "127.0.0.3")
+    size = len(cluster.alive())
+    executor = _elastic_executor(min_workers=1, max_workers=size)
+    executor.start()
+    job = jobs.RunInThread(executor, jobs.train, (str(tmp_path), jobs.shrank_from(size)))
+    killed_after = jobs.wait_progress(job, str(tmp_path), size, 2 * COMMIT_EVERY, between_commits=True)
+    with open(tmp_path / f"pid.{size - 1}") as f:
+        os.kill(int(f.read()), signal.SIGKILL)  # the actor's process, as the OOM killer would
+    killed_at = time.monotonic()
+    jobs.wait_progress(job, str(tmp_path), size - 1, 0)
+    print(f"\nhora.ray elastic: actor killed -> a step at {size - 1} rank(s) after "
+          f"{time.monotonic() - killed_at:.2f} s", file=sys.stderr)
+    results = job.result()
+    assert len(results) == size - 1
+    weights, log, ran, _ = results[0]
+    jobs.check_training(weights, log)
+    sizes = [n for _, n in log]
+    assert size in sizes and sizes[-1] == size - 1
+    # Rank 0 redid only the steps since the last commit before the failure.
+    jobs.check_redone(ran, killed_after)
+
+
+def test_fewer_than_min_workers_ends_the_job_naming_the_lost_worker(cluster, tmp_path):
+    cluster.ensure("127.0.0.2", "127.0.0.3")
+    size = len(cluster.alive())
+    settings = ElasticRayExecutor.create_settings(min_num_proc=size, max_num_proc=size, elastic_timeout=3,
+                                                  timeout_s=30)
+    executor = ElasticRayExecutor(settings, cpus_per_slot=1)
+    executor.start()
+    progress = str(tmp_path)
+    job = jobs.RunInThread(_NoArgs(executor), jobs.train, (progress, lambda log: False))
+    jobs.wait_progress(job, progress, size, COMMIT_EVERY)
+    with open(tmp_path / f"pid.{size - 1}") as f:
+        os.kill(int(f.read()), signal.SIGKILL)
+    killed_at = time.monotonic()
+    with pytest.raises(RunError) as info:
+        job.result()
+    # The elastic timeout (3 s) after the kill, plus the detection and horarun's stop.
+    elapsed = time.monotonic() - killed_at
+    print(f"\nhora.ray elastic: actor killed below min_workers -> RunError after {elapsed:.2f} s", file=sys.stderr)
+    assert elapsed < 3 + 15
+    message = str(info.value)
+    assert f"fewer than --min-np {size}" in message
+    assert "lost its Ray actor" in message and "on node 127.0.0." in message
+
+
+class _NoArgs:
+    """ElasticRayExecutor.run takes a function of no arguments."""
+
+    def __init__(self, executor):
+        self.executor = executor
+
+    def run(self, fn, args):
+        return self.executor.run(lambda: fn(*args))
