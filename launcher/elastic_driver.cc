@@ -14,7 +14,7 @@
 #include <random>
 #include <utility>
 
-#include "bootstrap/elastic_join.h"
+#include "bootstrap/job/elastic_join.h"
 #include "common/crypto.h"
 #include "common/socket.h"
 #include "hora/errors.h"

@@ -119,7 +119,7 @@ std::vector<std::string> mpirunArgv(const JobFlags& f, const JobPlan& plan, bool
 }
 
 // --mpi: hand the job to mpirun. The ranks then find each other as any mpirun-started hora job
-// does (src/common/foreign_launch.h: rank 0's store through the launcher's key-value service);
+// does (src/bootstrap/job/foreign.h: rank 0's store through the launcher's key-value service);
 // the job secret and every -x / knob variable travel in the environment (named, not valued, on
 // mpirun's command line). Returns mpirun's exit code when it ran as a child (Hydra with ssh
 // options), else only when mpirun cannot be executed.

@@ -11,9 +11,9 @@
 #include <string>
 #include <thread>
 
-#include "bootstrap/pmi_wire_kvs.h"
-#include "bootstrap/store_through_launcher.h"
-#include "common/foreign_launch.h"
+#include "bootstrap/job/pmi_wire_kvs.h"
+#include "bootstrap/job/launcher_store.h"
+#include "bootstrap/job/mpi_launch.h"
 #include "common/knobs.h"
 #include "expect_error.h"
 #include "hora/errors.h"
@@ -168,17 +168,17 @@ common::Env envOf(std::map<std::string, std::string> m) { return common::Env::fr
 
 TEST(ForeignLaunch, MpirunAcrossHostsUsesTheLaunchersService) {
   const auto hydra_env = envOf({{"PMI_SIZE", "8"}, {"PMI_RANK", "5"}, {"MPI_LOCALNRANKS", "4"}, {"PMI_FD", "7"}});
-  auto job = common::detectForeignLaunch(hydra_env);
+  auto job = bootstrap::detectMpiLaunch(hydra_env);
   ASSERT_TRUE(job);
-  auto r = common::foreignRendezvous(hydra_env, *job);
+  auto r = bootstrap::foreignRendezvous(hydra_env, *job);
   EXPECT_EQ(r.launcher_kvs, "pmi-fd:7");
   EXPECT_EQ(r.address, "");
   EXPECT_FALSE(r.serve_store);
 
   const auto ompi = envOf({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "0"},
                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"PMIX_NAMESPACE", "1234"}});
-  job = common::detectForeignLaunch(ompi);
-  r = common::foreignRendezvous(ompi, *job);
+  job = bootstrap::detectMpiLaunch(ompi);
+  r = bootstrap::foreignRendezvous(ompi, *job);
   EXPECT_EQ(r.launcher_kvs, "pmix");
   EXPECT_EQ(r.address, "127.0.0.1");  // one host: the store listens on loopback only
   EXPECT_TRUE(r.serve_store);
@@ -186,16 +186,16 @@ TEST(ForeignLaunch, MpirunAcrossHostsUsesTheLaunchersService) {
   // Set by hand, the address wins over the service.
   const auto by_hand = envOf({{"PMI_SIZE", "8"}, {"PMI_RANK", "1"}, {"PMI_FD", "7"},
                               {"HORA_RENDEZVOUS_ADDR", "h1"}, {"HORA_RENDEZVOUS_PORT", "29500"}});
-  job = common::detectForeignLaunch(by_hand);
-  r = common::foreignRendezvous(by_hand, *job);
+  job = bootstrap::detectMpiLaunch(by_hand);
+  r = bootstrap::foreignRendezvous(by_hand, *job);
   EXPECT_EQ(r.launcher_kvs, "");
   EXPECT_EQ(r.address, "h1");
 }
 
 TEST(ForeignLaunch, NoServiceAcrossHostsSaysWhatToSet) {
   const auto hydra_env = envOf({{"PMI_SIZE", "8"}, {"PMI_RANK", "5"}, {"MPI_LOCALNRANKS", "4"}});
-  const auto job = common::detectForeignLaunch(hydra_env);
-  testing::expectInvalid([&] { common::foreignRendezvous(hydra_env, *job); },
+  const auto job = bootstrap::detectMpiLaunch(hydra_env);
+  testing::expectInvalid([&] { bootstrap::foreignRendezvous(hydra_env, *job); },
                         "MPICH offers no key-value service to learn rank 0's address from (PMI_FD is not set): "
                         "set it to the address of rank 0's host");
 }
