@@ -3,9 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <iostream>
@@ -14,27 +12,24 @@
 #include <random>
 #include <utility>
 
-#include "bootstrap/elastic_join.h"
+#include "bootstrap/job/elastic_join.h"
 #include "common/crypto.h"
+#include "common/knobs.h"
 #include "common/socket.h"
 #include "hora/errors.h"
 #include "launcher/elastic_planner.h"
-#include "launcher/forwarded_env.h"
 #include "launcher/host_discovery.h"
-#include "launcher/host_plan.h"
 #include "launcher/host_resolution.h"
 #include "launcher/remote.h"
 #include "launcher/worker_set.h"
+#include "launcher/worker_start.h"
 #include "rendezvous/tcp_store.h"
 #include "rendezvous/tcp_store_server.h"
-
-extern char** environ;
 
 namespace hora::launcher {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-using Env = std::map<std::string, std::string>;
 using std::chrono::milliseconds;
 
 // How often the discovery script runs (horovodrun: every second).
@@ -45,24 +40,20 @@ constexpr auto kDiscoveryPeriod = std::chrono::seconds(1);
 // timeout (HORA_TIMEOUT_SECONDS), so the window should not be shorter than that.
 milliseconds joinWindowOf(const Env& worker_env) {
   constexpr const char* kKnob = "HORA_ELASTIC_JOIN_WINDOW_SECONDS";
-  std::string text;
-  if (auto it = worker_env.find(kKnob); it != worker_env.end()) text = it->second;
-  else if (const char* v = std::getenv(kKnob)) text = v;
-  if (text.empty()) return std::chrono::seconds(10);
-  char* end = nullptr;
-  const double seconds = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !(seconds > 0) || seconds > 86400)
-    throw InvalidArgumentError(std::string(kKnob) + " '" + text + "' is not a number of seconds in (0, 86400]");
-  return milliseconds(static_cast<int64_t>(seconds * 1000));
+  const common::Env env = common::Env::fromProcess().overriddenBy(worker_env);
+  if (env.getString(kKnob).empty()) return std::chrono::seconds(10);
+  return milliseconds(static_cast<int64_t>(env.getDouble(kKnob, 0.001, 86400) * 1000));
 }
 
-// Whether every worker is started on this machine whatever its host: set (to 1) in horarun's own
-// environment by hora.ray's elastic executor, whose worker command is a local proxy that places
-// the worker as a Ray actor on that host (python/hora/ray/elastic_job.py). Not a user knob: with
-// it, a remote host's worker is never reached through ssh.
-bool startsEveryWorkerHere() {
-  const char* v = std::getenv("HORA_ELASTIC_WORKERS_HERE");
-  return v != nullptr && std::string(v) == "1";
+// How the elastic driver starts its workers: every one on this machine, whatever its host, when
+// HORA_ELASTIC_WORKERS_HERE=1 is in horarun's own environment (set by hora.ray's elastic executor,
+// whose worker command is a local proxy that places the worker as a Ray actor on that host:
+// python/hora/ray/elastic_job.py). Not a user knob: with it no host is reached through ssh.
+WorkerStart elasticWorkerStart(const JobFlags& f) {
+  WorkerStart start = workerStart(f);
+  if (common::processVariable("HORA_ELASTIC_WORKERS_HERE").value_or("") == "1")
+    start.is_local = [](const std::string&) { return true; };
+  return start;
 }
 
 ElasticLimits limitsOf(const JobFlags& f, const Env& worker_env) {
@@ -130,6 +121,7 @@ class ElasticDriver {
         env_(std::move(env)),
         first_hosts_(std::move(first_hosts)),
         secret_(common::randomSecret()),
+        start_(elasticWorkerStart(f)),
         reach_(f, first_hosts_),
         store_(reach_.listenAddress(), 0, secret_),
         workers_(milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir, f.timestamp_output),
@@ -253,24 +245,16 @@ class ElasticDriver {
     // The rank variables of the place the worker starts in, as horovodrun sets them; each
     // generation's own ranks come through the store at hvd.init() (docs/elastic.md).
     const ElasticPlanner::Placement& p = w.started_as;
-    const std::pair<const char*, int> place[] = {{"RANK", p.rank},         {"SIZE", p.size},
-                                                 {"LOCAL_RANK", p.local_rank}, {"LOCAL_SIZE", p.local_size},
-                                                 {"CROSS_RANK", p.cross_rank}, {"CROSS_SIZE", p.cross_size}};
-    for (const auto& [name, value] : place) {
-      env[std::string("HORA_") + name] = std::to_string(value);
-      env[std::string("HOROVOD_") + name] = std::to_string(value);
-    }
-    env["HORA_HOSTNAME"] = w.host;
-    env["HOROVOD_HOSTNAME"] = w.host;
-    env["HORA_RENDEZVOUS_ADDR"] = store_address;
-    env["HORA_RENDEZVOUS_PORT"] = std::to_string(store_.port());
-    env["HORA_SECRET"] = secret_;
+    for (auto& [k, v] : rankVariables({w.host, p.rank, p.local_rank, p.local_size, p.cross_rank, p.cross_size, p.size}))
+      env[k] = std::move(v);
+    for (auto& [k, v] : storeVariables(store_address, store_.port(), secret_)) env[k] = std::move(v);
     return env;
   }
 
-  // Local workers are forked here; a remote host's new workers share one ssh and host agent.
+  // Numbers the new workers (ranks change with each generation) and starts them as every job's
+  // workers start (worker_start.h).
   void start(const std::vector<ElasticPlanner::Worker>& started) {
-    std::map<std::string, HostPlan> remote;
+    std::vector<Worker> workers;
     for (const auto& w : started) {
       const int number = next_number_++;
       ids_[number] = w.id;
@@ -284,48 +268,17 @@ class ElasticDriver {
         std::cerr << "horarun: " << unstartable_.back().second << "\n";
         continue;
       }
-      auto local = local_.find(w.host);
-      if (local == local_.end()) local = local_.emplace(w.host, every_worker_here_ || isLocalHost(w.host)).first;
-      if (local->second) {
-        WorkerSpec spec;
-        spec.rank = number;  // the WorkerSet's number: ranks change with each generation
-        spec.host = w.host;
-        spec.name = "worker " + w.id;
-        spec.argv = f_.command;
-        spec.env = workerEnvironment(w, store_address);
-        workers_.start(spec);
-        workers_.relabel(number, w.id);
-        continue;
-      }
-      HostPlan& plan = remote[w.host];
-      plan.host = w.host;
-      plan.grace_ms = static_cast<int>(f_.grace_seconds * 1000);
-      plan.command = f_.command;
-      Env env = workerEnvironment(w, store_address);
-      for (auto& [k, v] : forwardedEnvironment(environ)) env.emplace(k, v);
-      plan.ranks.push_back({number, std::move(env)});
+      workers_.relabel(number, w.id);
+      workers.push_back({number, w.host, "worker " + w.id, workerEnvironment(w, store_address)});
     }
-    SshOptions ssh = f_.ssh;
-    ssh.connect_timeout = std::chrono::seconds(static_cast<int64_t>(f_.start_timeout));
-    const std::string self = std::filesystem::canonical("/proc/self/exe").string();
-    for (const auto& [host, plan] : remote) {
-      WorkerSpec spec;
-      spec.rank = plan.ranks.front().rank;
-      spec.host = host;
-      for (const auto& r : plan.ranks) {
-        spec.agent_ranks.push_back(r.rank);
-        workers_.relabel(r.rank, ids_.at(r.rank));
-      }
-      spec.argv = sshHostAgentArgv(host, ssh, std::filesystem::current_path().string(), self);
-      spec.stdin_data = encodeHostPlan(plan);
-      workers_.start(spec);
-    }
+    for (const WorkerSpec& spec : workerSpecs(workers, start_)) workers_.start(spec);
   }
 
   const JobFlags& f_;
   const Env env_;
   const std::vector<HostSlots> first_hosts_;
   const std::string secret_;
+  const WorkerStart start_;
   StoreReach reach_;
   rendezvous::TcpStoreServer store_;
   std::unique_ptr<rendezvous::TcpStore> client_;
@@ -335,9 +288,7 @@ class ElasticDriver {
   std::map<int, std::string> ids_;       // the WorkerSet's number of each worker -> its id
   std::map<std::string, int> numbers_;   // and back
   std::map<std::string, std::string> nonces_;  // the last join read of each worker
-  std::map<std::string, bool> local_;    // by host: this machine?
   std::vector<std::pair<std::string, std::string>> unstartable_;  // (worker id, why), reported as exits
-  const bool every_worker_here_ = startsEveryWorkerHere();
   int next_number_ = 0;
   int64_t joins_seen_ = -1;
   int64_t hosts_updated_ = 0;

@@ -1,5 +1,5 @@
 // ElasticPlanner: the decisions of horarun's elastic driver (docs/elastic.md), with no processes,
-// sockets or clocks of its own, so that every rule is unit-tested (tests/cpp/elastic_planner_test.cc).
+// sockets or clocks of its own, so that every rule is unit-tested (tests/cpp/launcher/elastic_planner_test.cc).
 //
 // Events go in (hosts discovered, a worker joined, a worker exited, time passed); each call
 // appends what the driver must do to a Decisions: start or stop workers, answer joins, announce

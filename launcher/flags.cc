@@ -19,7 +19,7 @@ namespace {
 // Note [horovodrun's flags]: horarun takes every flag of horovodrun (Horovod 0.28.1,
 // horovod/runner/launch.py), in horovodrun's groups. Each is one of: a flag of horarun's own
 // below; a knob flag (knob_flags.h); accepted with no effect because hora already behaves as the flag asks (kNoEffect); or refused,
-// saying why it cannot apply (kRefused). tests/cpp/horovodrun_flags_test.cc holds horovodrun's
+// saying why it cannot apply (kRefused). tests/cpp/launcher/horovodrun_flags_test.cc holds horovodrun's
 // list and checks each against this parser.
 constexpr const char* kSsh = "SSH arguments";
 constexpr const char* kTuneable = "tuneable parameter arguments";
@@ -269,38 +269,45 @@ std::vector<std::string> configFileArgs(const CLI::App& app, const std::string& 
   return args;
 }
 
-// `args` without the program name; `config_args` go first, so that a flag of the file counts
-// like one given before the command line's.
-CommandLine parseArgs(std::vector<std::string> args, const std::vector<std::string>& config_args) {
-  CLI::App app{"horarun: run a hora job of N ranks on this host or on several (over ssh).\n"};
-  app.footer("Every tuning knob below can be set for every rank with --knob NAME=VALUE (docs/knobs.md).\n"
-             "Environment variables read by every rank:\n" + common::knobsMarkdown());
+// What parsing fills besides the job's flags.
+struct Parsed {
   CommandLine c;
   KnobFlagValues knob_flags;
   bool knobs_markdown = false, check_build = false;
   std::string config_file;
+  std::vector<CLI::Option*> refused;  // kRefused's, in its order
+};
+
+// Every flag of horarun's command line, bound to `p`.
+void defineFlags(CLI::App& app, Parsed& p) {
+  app.footer("Every tuning knob below can be set for every rank with --knob NAME=VALUE (docs/knobs.md).\n"
+             "Environment variables read by every rank:\n" + common::knobsMarkdown());
   app.set_version_flag("-v,--version", std::string("horarun (hora) ") + kVersion);
-  app.add_flag("--check-build", check_build, "Print what this build of hora has and exit (-cb works too)");
-  app.add_flag("--knobs-markdown", knobs_markdown, "Print the table of HORA_* variables (docs/knobs.md) and exit");
-  app.add_option("--config-file", config_file,
+  app.add_flag("--check-build", p.check_build, "Print what this build of hora has and exit (-cb works too)");
+  app.add_flag("--knobs-markdown", p.knobs_markdown, "Print the table of HORA_* variables (docs/knobs.md) and exit");
+  app.add_option("--config-file", p.config_file,
                  "horovodrun's YAML file of parameters (params, timeline, stall_check, library_options, "
                  "logging, controller); flags on the command line win")
       ->check(CLI::ExistingFile);
-  defineGeneralFlags(app, c.job);
-  knob_flags.define(app);
-  defineLaunchFlags(app, c.job);
+  defineGeneralFlags(app, p.c.job);
+  p.knob_flags.define(app);
+  defineLaunchFlags(app, p.c.job);
   for (const auto& f : kNoEffect) {
     if (f.takes_value) continue;
     app.add_flag(f.flag)->description(f.text)->group(f.group);
   }
-  std::vector<CLI::Option*> refused;
   for (const auto& f : kRefused) {
     CLI::Option* o = f.takes_value ? app.add_option(f.flag) : app.add_flag(f.flag);
-    refused.push_back(o->description(std::string("Refused: ") + f.text)->group(f.group));
+    p.refused.push_back(o->description(std::string("Refused: ") + f.text)->group(f.group));
   }
   app.get_option("--gloo")->excludes("--mpi");
   app.prefix_command();  // the first positional and everything after it is the command
-  const std::vector<std::string> given = args;  // app.parse consumes its vector
+}
+
+// CLI11's parse of `config_args` and then `args`; false when it refused them or answered
+// (--help, --version), which it reported: `exit_code` is then horarun's exit code.
+bool parseWithCli11(CLI::App& app, std::vector<std::string> args, const std::vector<std::string>& config_args,
+                    int& exit_code) {
   try {
     args.insert(args.begin(), config_args.begin(), config_args.end());
     args.insert(args.begin(), "horarun");
@@ -308,52 +315,73 @@ CommandLine parseArgs(std::vector<std::string> args, const std::vector<std::stri
     args.erase(args.begin());                // the program name
     std::reverse(args.begin(), args.end());  // CLI11 takes the arguments reversed
     app.parse(args);
+    return true;
   } catch (const CLI::ParseError& e) {
     // --help and --version end with 0; every refusal with 2, as horarun's own (README).
-    return exitWith(app.exit(e) == 0 ? 0 : 2);
+    exit_code = app.exit(e) == 0 ? 0 : 2;
+    return false;
   }
-  if (config_args.empty() && !config_file.empty()) {
+}
+
+// As horovodrun's driver: without --elastic-timeout, HORA_ELASTIC_TIMEOUT_SECONDS (or Horovod's
+// name) of horarun's environment, where a -x given to the workers counts as horarun's own. The
+// refusal, or "".
+std::string takeElasticTimeoutFromEnvironment(JobFlags& job) {
+  constexpr const char* kKnob = "HORA_ELASTIC_TIMEOUT_SECONDS";
+  const common::Env env = common::Env::fromProcess().overriddenBy(workerEnvironment(job));
+  const std::string value = env.getString(kKnob);
+  if (!env.isSet(kKnob) || value.empty()) return "";
+  char* end = nullptr;
+  const double seconds = std::strtod(value.c_str(), &end);
+  if (*end != '\0' || !(seconds >= 1) || seconds > 86400.0 * 365)
+    return std::string(kKnob) + " / " + std::string(common::knob(kKnob).horovod_alias) + " '" + value +
+           "' is not a number of seconds for --elastic-timeout";
+  job.elastic.timeout_seconds = seconds;
+  return "";
+}
+
+// The job's flags checked, its knobs and words taken: the refusal, or "".
+std::string finishJob(JobFlags& job, const KnobFlagValues& knob_flags) {
+  if (std::string why = refusal(job); !why.empty()) return why;
+  try {
+    job.knobs = knob_flags.knobs();
+    splitWords(job.mpi_args, "--mpi-args");
+    splitWords(job.binding_args, "--binding-args");
+  } catch (const InvalidArgumentError& e) {
+    return e.what();
+  }
+  if (auto it = job.knobs.find("HORA_IFACE"); it != job.knobs.end()) job.network_interface = it->second;
+  return "";
+}
+
+// `args` without the program name; `config_args` go first, so that a flag of the file counts
+// like one given before the command line's.
+CommandLine parseArgs(const std::vector<std::string>& args, const std::vector<std::string>& config_args) {
+  CLI::App app{"horarun: run a hora job of N ranks on this host or on several (over ssh).\n"};
+  Parsed p;
+  defineFlags(app, p);
+  if (int code = 0; !parseWithCli11(app, args, config_args, code)) return exitWith(code);
+  if (config_args.empty() && !p.config_file.empty()) {
     try {
-      const std::vector<std::string> from_file = configFileArgs(app, config_file);
-      if (!from_file.empty()) return parseArgs(given, from_file);
+      const std::vector<std::string> from_file = configFileArgs(app, p.config_file);
+      if (!from_file.empty()) return parseArgs(args, from_file);
     } catch (const InvalidArgumentError& e) {
       return refuse(e.what());
     }
   }
-  for (size_t i = 0; i < refused.size(); ++i)
-    if (refused[i]->count() > 0) return refuse(std::string(kRefused[i].flag) + " cannot apply: " + kRefused[i].text);
-  if (check_build) c.action = CommandLine::Action::kCheckBuild;
-  if (knobs_markdown) c.action = CommandLine::Action::kPrintKnobs;
-  if (knobs_markdown || check_build) return c;
-  c.job.command = app.remaining();
+  for (size_t i = 0; i < p.refused.size(); ++i)
+    if (p.refused[i]->count() > 0) return refuse(std::string(kRefused[i].flag) + " cannot apply: " + kRefused[i].text);
+  if (p.check_build) p.c.action = CommandLine::Action::kCheckBuild;
+  if (p.knobs_markdown) p.c.action = CommandLine::Action::kPrintKnobs;
+  if (p.knobs_markdown || p.check_build) return p.c;
+  JobFlags& job = p.c.job;
+  job.command = app.remaining();
   // horovodrun's elastic mode starts with --min-np ranks when -np is not given.
-  if (c.job.np == 0 && c.job.elastic.min_np > 0) c.job.np = c.job.elastic.min_np;
-  // As horovodrun's driver: without --elastic-timeout, the environment's (the knob's own name
-  // first), where a -x given to the workers counts as horarun's own.
-  if (app.get_option("--elastic-timeout")->count() == 0) {
-    const std::map<std::string, std::string> exported = workerEnvironment(c.job);
-    for (const char* name : {"HORA_ELASTIC_TIMEOUT_SECONDS", "HOROVOD_ELASTIC_TIMEOUT"}) {
-      const auto x = exported.find(name);
-      const char* value = x != exported.end() ? x->second.c_str() : std::getenv(name);
-      if (!value || !*value) continue;
-      char* end = nullptr;
-      const double seconds = std::strtod(value, &end);
-      if (*end != '\0' || !(seconds >= 1) || seconds > 86400.0 * 365)
-        return refuse(std::string(name) + " '" + value + "' is not a number of seconds for --elastic-timeout");
-      c.job.elastic.timeout_seconds = seconds;
-      break;
-    }
-  }
-  if (const std::string why = refusal(c.job); !why.empty()) return refuse(why);
-  try {
-    c.job.knobs = knob_flags.knobs();
-    splitWords(c.job.mpi_args, "--mpi-args");
-    splitWords(c.job.binding_args, "--binding-args");
-  } catch (const InvalidArgumentError& e) {
-    return refuse(e.what());
-  }
-  if (auto it = c.job.knobs.find("HORA_IFACE"); it != c.job.knobs.end()) c.job.network_interface = it->second;
-  return c;
+  if (job.np == 0 && job.elastic.min_np > 0) job.np = job.elastic.min_np;
+  if (app.get_option("--elastic-timeout")->count() == 0)
+    if (std::string why = takeElasticTimeoutFromEnvironment(job); !why.empty()) return refuse(why);
+  if (std::string why = finishJob(job, p.knob_flags); !why.empty()) return refuse(why);
+  return p.c;
 }
 
 }  // namespace
@@ -398,14 +426,14 @@ std::map<std::string, std::string> workerEnvironment(const JobFlags& job) {
   for (const auto& x : job.exports) {
     const auto eq = x.find('=');
     if (eq == std::string::npos) {
-      if (const char* v = std::getenv(x.c_str())) env[x] = v;
+      if (auto v = common::processVariable(x)) env[x] = *v;
     } else {
       env[x.substr(0, eq)] = x.substr(eq + 1);
     }
   }
   // As horovodrun does: a rank's Python prints reach horarun (and the terminal) as they happen,
   // not when a pipe's buffer fills; a value the user chose stands.
-  if (!env.count("PYTHONUNBUFFERED") && !std::getenv("PYTHONUNBUFFERED")) env["PYTHONUNBUFFERED"] = "1";
+  if (!env.count("PYTHONUNBUFFERED") && !common::processVariable("PYTHONUNBUFFERED")) env["PYTHONUNBUFFERED"] = "1";
   return env;
 }
 

@@ -11,6 +11,7 @@
 #include <iostream>
 
 #include "common/deadline.h"
+#include "common/knobs.h"
 #include "hora/errors.h"
 #include "launcher/worker_set.h"
 #include "rendezvous/tcp_store.h"
@@ -41,7 +42,7 @@ std::string readPlan(const common::Deadline& deadline) {
 // `command -v`: whether argv[0] names a file this host can execute.
 bool executable(const std::string& name, const std::map<std::string, std::string>& env) {
   if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0;
-  const auto path = env.count("PATH") ? env.at("PATH") : std::string(std::getenv("PATH") ? std::getenv("PATH") : "");
+  const auto path = env.count("PATH") ? env.at("PATH") : common::processVariable("PATH").value_or("");
   size_t start = 0;
   for (;;) {
     const size_t end = path.find(':', start);

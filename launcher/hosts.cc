@@ -171,7 +171,7 @@ std::vector<Placement> placeRanks(const std::vector<HostSlots>& hosts, int np) {
     id.rank = r;
     id.size = np;
     id.deriveTopology(host_of);
-    out.push_back({host_of[static_cast<size_t>(r)], r, id.local_rank, id.local_size, id.cross_rank, id.cross_size});
+    out.push_back({host_of[static_cast<size_t>(r)], r, id.local_rank, id.local_size, id.cross_rank, id.cross_size, np});
   }
   return out;
 }

@@ -26,6 +26,7 @@ std::vector<HostSlots> slurmAllocationHosts(const std::string& nodelist, const s
 struct Placement {
   std::string host;
   int rank = 0, local_rank = 0, local_size = 1, cross_rank = 0, cross_size = 1;
+  int size = 1;  // of the job (the generation, in an elastic job)
 };
 
 // Ranks fill the hosts in order (host 0's slots first), as horovodrun and mpirun --map-by slot

@@ -17,6 +17,8 @@ run() {  # run NAME COMMAND...: records a failure instead of stopping, so every 
 
 jobs=$(nproc)
 run "release tests" ctest --test-dir build/release --output-on-failure --no-tests=error -j "$jobs" --timeout 900
+# The engine's locking as annotated (HORA_GUARDED_BY, ...), checked by clang: seconds.
+run "thread-safety annotations" scripts/check_thread_safety.sh
 run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python \
   --ignore=tests/python/spark --ignore=tests/python/ray --ignore=tests/python/keras
 # (tests/python/keras runs below, on every rank of jobs, once per Keras generation.)

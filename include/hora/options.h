@@ -39,7 +39,7 @@ struct RendezvousOptions {
   bool serve_store = false;           // this process serves the store (rank 0 without horarun)
   // Set for a job of mpirun's: address, port and secret are learned through the MPI launcher's
   // key-value service, "pmi-fd:<fd>" (MPICH's Hydra) or "pmix" (OpenMPI); see
-  // src/bootstrap/store_through_launcher.h.
+  // src/bootstrap/job/launcher_store.h.
   std::string launcher_kvs;
 };
 

@@ -1,8 +1,6 @@
 #include "bootstrap/connect.h"
 
 #include <algorithm>
-#include <atomic>
-#include <mutex>
 #include <numeric>
 
 #include "bootstrap/knob_agreement.h"
@@ -11,7 +9,6 @@
 #include "common/socket.h"
 #include "hora/errors.h"
 #include "rendezvous/tcp_store.h"
-#include "rendezvous/tcp_store_server.h"
 #include "transport/hybrid/hybrid_transport.h"
 #include "transport/shm/shm_transport.h"
 #include "transport/tcp/tcp_transport.h"
@@ -162,31 +159,6 @@ Connection connectSubset(const Connection& parent, const std::vector<int>& membe
   std::vector<int> labels;
   for (int m : members) labels.push_back(parent.label(m));
   return connect(sub, rendezvous, options, std::move(labels));
-}
-
-RendezvousOptions nextCommunicator(RendezvousOptions job, int rank) {
-  if (job.serve_store) {
-    // Serves the store for the life of the process: the other ranks' communicators may still use
-    // it after this one is gone. It listens on the address the other ranks were told.
-    static std::unique_ptr<rendezvous::TcpStoreServer> server;
-    static std::mutex server_mutex;
-    std::lock_guard lock(server_mutex);
-    if (!server) {
-      try {
-        server = std::make_unique<rendezvous::TcpStoreServer>(job.address, job.port, job.secret);
-      } catch (const Error& e) {
-        throw InvalidArgumentError("rank 0 cannot serve the rendezvous store on " + job.address + ":" +
-                                   std::to_string(job.port) + " (" + e.what() +
-                                   "); rank 0 must run on that host and the port must be free: set "
-                                   "HORA_RENDEZVOUS_ADDR / HORA_RENDEZVOUS_PORT");
-      }
-    }
-  }
-  // Numbered per process: a second communicator never reads the first's addresses.
-  static std::atomic<int> created{0};
-  job.announce_key = job.prefix + "started/" + std::to_string(rank);
-  job.prefix += "comm" + std::to_string(created++) + "/";
-  return job;
 }
 
 }  // namespace hora::bootstrap

@@ -47,9 +47,4 @@ Connection connect(const Identity& identity, const RendezvousOptions& rendezvous
 Connection connectSubset(const Connection& parent, const std::vector<int>& members, const std::string& key,
                          const CommunicatorOptions& options);
 
-// The rendezvous of the next communicator this process makes from the job's: rank 0 of a job
-// that no horarun serves starts serving the store first (Note [foreign launch]), and each
-// communicator gets its own keys (every rank creates its communicators in the same order).
-RendezvousOptions nextCommunicator(RendezvousOptions job, int rank);
-
 }  // namespace hora::bootstrap

@@ -12,9 +12,7 @@
 #include <thread>
 
 #include "bootstrap/connect.h"
-#include "bootstrap/elastic_join.h"
-#include "bootstrap/knob_agreement.h"
-#include "bootstrap/store_through_launcher.h"
+#include "bootstrap/job/job.h"
 #include "collectives/adasum.h"
 #include "collectives/algorithms.h"
 #include "collectives/failure_report.h"
@@ -165,21 +163,11 @@ std::unique_ptr<Communicator> Communicator::fromEnvironment() {
   const auto env = common::Env::fromProcess();
   const CommunicatorOptions options = common::communicatorOptionsFrom(env);
   common::applyLogLevel(env);
-  Identity identity = common::identityFrom(env);
-  RendezvousOptions rendezvous;
-  if (env.getBool("HORA_ELASTIC")) {
-    std::tie(identity, rendezvous) = bootstrap::joinElasticGeneration(env, identity);
-  } else {
-    RendezvousOptions job = common::rendezvousOptionsFrom(env, identity.size);
-    if (!job.launcher_kvs.empty())
-      job = bootstrap::rendezvousThroughLauncher(job, identity.rank, options.iface, options.timeout);
-    rendezvous = bootstrap::nextCommunicator(job, identity.rank);
-  }
-  // A communicator made from the environment checks that every rank's environment agrees on the
-  // job-wide knobs (Note [knob agreement]); one made from options (create) was given them.
-  const std::string job_knobs = bootstrap::jobKnobs(env);
+  // Made from the environment, it checks that every rank's agrees on the job knobs (Note [knob
+  // agreement]); one made from options (create) was given them.
+  const bootstrap::Job job = bootstrap::resolveJob(env, options);
   return std::unique_ptr<Communicator>(new Communicator(std::make_unique<detail::CommunicatorImpl>(
-      bootstrap::connect(identity, rendezvous, options, {}, &job_knobs), options)));
+      bootstrap::connect(job.identity, job.rendezvous, options, {}, &job.knobs), options)));
 }
 
 std::unique_ptr<Communicator> Communicator::create(const Identity& identity,

@@ -1,9 +1,5 @@
 #include "common/config.h"
 
-#include "common/foreign_launch.h"
-
-#include <unistd.h>
-
 #include <climits>
 #include <initializer_list>
 #include <map>
@@ -14,40 +10,6 @@
 #include "hora/errors.h"
 
 namespace hora::common {
-
-Identity identityFrom(const Env& env) {
-  Identity id;
-  if (auto job = detectForeignLaunch(env)) {
-    // mpirun or srun gave rank and size; the rest comes from the hostnames (kDerive).
-    id.rank = job->rank;
-    id.size = job->size;
-    if (id.size > 1) id.local_rank = id.local_size = id.cross_rank = id.cross_size = Identity::kDerive;
-  } else if (!env.isSet("HORA_SIZE")) {
-    if (env.isSet("HORA_RANK"))
-      throw InvalidArgumentError("HORA_RANK is set but HORA_SIZE is not; start the job with horarun");
-  } else {
-    id.size = static_cast<int>(env.getInt("HORA_SIZE", 1, 1 << 20));
-    id.rank = static_cast<int>(env.getInt("HORA_RANK", 0, id.size - 1));
-    if (env.isSet("HORA_LOCAL_RANK") || env.isSet("HORA_LOCAL_SIZE")) {
-      id.local_rank = static_cast<int>(env.getInt("HORA_LOCAL_RANK", 0, id.size - 1));
-      id.local_size = static_cast<int>(env.getInt("HORA_LOCAL_SIZE", 1, id.size));
-      id.cross_rank = static_cast<int>(env.getInt("HORA_CROSS_RANK", 0, id.size - 1));
-      id.cross_size = static_cast<int>(env.getInt("HORA_CROSS_SIZE", 1, id.size));
-    } else {
-      // A launcher that gave only rank and size: the Communicator derives the rest from the
-      // ranks' hostnames (Identity::kDerive).
-      id.local_rank = id.local_size = id.cross_rank = id.cross_size = Identity::kDerive;
-    }
-  }
-  id.hostname = env.getString("HORA_HOSTNAME");
-  if (id.hostname.empty()) {
-    char name[HOST_NAME_MAX + 1] = {};
-    ::gethostname(name, sizeof(name) - 1);
-    id.hostname = name;
-  }
-  id.validate();
-  return id;
-}
 
 namespace {
 
@@ -104,28 +66,9 @@ void applyLogLevel(const Env& env) {
   setLogHideTime(env.getBool("HORA_LOG_HIDE_TIME"));
 }
 
-RendezvousOptions rendezvousOptionsFrom(const Env& env, int size) {
-  RendezvousOptions r;
-  if (size == 1) return r;
-  if (auto job = detectForeignLaunch(env)) return foreignRendezvous(env, *job);
-  for (const char* name : {"HORA_RENDEZVOUS_ADDR", "HORA_RENDEZVOUS_PORT", "HORA_SECRET"}) {
-    if (!env.isSet(name))
-      throw InvalidArgumentError(std::string(name) + " is not set although HORA_SIZE=" +
-                                 std::to_string(size) + "; start the job with horarun");
-  }
-  r.address = env.getString("HORA_RENDEZVOUS_ADDR");
-  r.port = static_cast<int>(env.getInt("HORA_RENDEZVOUS_PORT", 1, 65535));
-  r.secret = env.getString("HORA_SECRET");
-  // hora.spark and hora.ray have no horarun to serve the store: their rank 0 does.
-  r.serve_store = env.getBool("HORA_SERVE_STORE");
-  return r;
-}
-
 }  // namespace hora::common
 
 namespace hora {
-
-Identity Identity::fromEnvironment() { return common::identityFrom(common::Env::fromProcess()); }
 
 bool Identity::derivesTopology() const {
   return local_rank == kDerive && local_size == kDerive && cross_rank == kDerive &&

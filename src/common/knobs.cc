@@ -15,7 +15,8 @@ namespace {
 using G = KnobGroup;
 using S = KnobScope;
 
-// Note [knob table]: adding a variable here is the only way to read one. Keep names sorted
+// Note [knob table]: adding a variable here is the only way to read one (processVariable reads
+// only those horarun passes on by name, never to configure hora). Keep names sorted
 // within a group; the help text is a complete sentence for docs/knobs.md.
 constexpr KnobSpec kKnobs[] = {
     {"HORA_RANK", "HOROVOD_RANK", G::kLauncherSet, S::kRank, "0", "Rank of this process in the job."},
@@ -238,6 +239,17 @@ Env Env::fromMap(const std::map<std::string, std::string>& values) {
     if (it != values.end()) env.values_.emplace(k.name, it->second);
   }
   return env;
+}
+
+Env Env::overriddenBy(const std::map<std::string, std::string>& values) const {
+  Env env = *this;
+  for (auto& [name, value] : fromMap(values).values_) env.values_[name] = value;
+  return env;
+}
+
+std::optional<std::string> processVariable(const std::string& name) {
+  if (const char* v = std::getenv(name.c_str())) return v;  // Note [knob table]
+  return std::nullopt;
 }
 
 std::optional<std::string> Env::raw(std::string_view name) const {

@@ -10,7 +10,7 @@
 // Note [one source for defaults]: a default is decided here, in kKnobs, and nowhere else. The
 // option structs (CommunicatorOptions, EngineOptions) keep member initializers so that they stay
 // plain aggregates a caller can fill field by field, but those initializers are a mirror, not a
-// second decision: a unit test (tests/cpp/config_test.cc, KnobDefaults.*) parses an empty
+// second decision: a unit test (tests/cpp/common/config_test.cc, KnobDefaults.*) parses an empty
 // environment and requires the result to equal a default-constructed struct (the structs have a
 // defaulted operator==, so a new field is compared without anyone remembering to). Structs built
 // only from those (ShmOptions, from CommunicatorOptions) take their defaults from them. The
@@ -31,7 +31,7 @@
 namespace hora::common {
 
 // kLauncherSet: set by horarun for each rank. kTuning: set by users. kForeignLauncher: set by
-// mpirun (OpenMPI, MPICH) or Slurm when a job is started without horarun (foreign_launch.h).
+// mpirun (OpenMPI, MPICH) or Slurm when a job is started without horarun (src/bootstrap/job/mpi_launch.h).
 enum class KnobGroup { kLauncherSet, kTuning, kForeignLauncher };
 
 // Note [knob agreement]: whether a knob must have one value on every rank of a job. kJob knobs
@@ -67,6 +67,9 @@ class Env {
   // a map).
   static Env fromProcess();
   static Env fromMap(const std::map<std::string, std::string>& values);
+  // This snapshot with the knobs that `values` sets (by name or Horovod alias) taken from it:
+  // horarun's environment beneath the variables it gives the workers (-x, --knob).
+  Env overriddenBy(const std::map<std::string, std::string>& values) const;
 
   // The raw value set by the user, or nullopt when neither the name nor its alias is set.
   std::optional<std::string> raw(std::string_view name) const;
@@ -82,6 +85,10 @@ class Env {
  private:
   std::map<std::string, std::string, std::less<>> values_;
 };
+
+// A variable of the process environment that is no knob, which horarun passes on by name
+// (-x NAME, PATH, PYTHONUNBUFFERED); nullopt when unset.
+std::optional<std::string> processVariable(const std::string& name);
 
 // Parses "64", "4K", "1M", "2G" (powers of 1024). nullopt when malformed.
 std::optional<int64_t> parseBytes(std::string_view text);

@@ -39,14 +39,14 @@ void Handle::State::complete(std::exception_ptr e, std::vector<int64_t> shape) {
   std::function<void(std::exception_ptr)> cb;
   std::optional<Error> f = errorOf(e);
   {
-    std::lock_guard lock(mutex);
+    common::MutexLock lock(mutex);
     failure = f;
     output_shape = std::move(shape);
     cb = std::move(callback);
   }
   if (cb) cb(freshException(f));  // before `done`: a waiter sees the callback's effects
   {
-    std::lock_guard lock(mutex);
+    common::MutexLock lock(mutex);
     done = true;
   }
   cv.notify_all();
@@ -54,7 +54,7 @@ void Handle::State::complete(std::exception_ptr e, std::vector<int64_t> shape) {
 
 bool Handle::poll() const {
   {
-    std::lock_guard lock(state_->mutex);
+    common::MutexLock lock(state_->mutex);
     if (state_->done) return true;
   }
   if (state_->doorbell) state_->doorbell->ringIfHeld();  // someone wants it now: Note [buckets]
@@ -62,24 +62,24 @@ bool Handle::poll() const {
 }
 
 void Handle::wait(std::chrono::milliseconds timeout) const {
-  std::unique_lock lock(state_->mutex);
+  common::MutexLock lock(state_->mutex);
   if (!state_->done) {
     if (state_->doorbell) state_->doorbell->ringIfHeld();
     // While this thread waits its core is free for hora's threads (Note [who may spin]).
     common::CpuShare::FrontendWait blocked;
-    if (!state_->cv.wait_for(lock, timeout, [&] { return state_->done; }))
+    if (!state_->cv.wait_for(lock.native(), timeout, [&]() HORA_REQUIRES(state_->mutex) { return state_->done; }))
       throw TimeoutError("request did not complete within " + std::to_string(timeout.count()) + " ms");
   }
   if (state_->failure) rethrowAs(*state_->failure);
 }
 
 std::exception_ptr Handle::error() const {
-  std::lock_guard lock(state_->mutex);
+  common::MutexLock lock(state_->mutex);
   return freshException(state_->failure);
 }
 
 std::vector<int64_t> Handle::outputShape() const {
-  std::lock_guard lock(state_->mutex);
+  common::MutexLock lock(state_->mutex);
   return state_->output_shape;
 }
 

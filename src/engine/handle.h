@@ -8,11 +8,11 @@
 #include <exception>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <vector>
 
 #include "common/socket.h"
+#include "common/thread_annotations.h"
 #include "hora/engine.h"
 #include "hora/errors.h"
 
@@ -44,11 +44,11 @@ class Doorbell {
 // its own exception from them: an exception object shared between the engine thread and user
 // threads would be released by whichever finishes last, outside any lock.
 struct Handle::State {
-  std::mutex mutex;
+  common::Mutex mutex;
   std::condition_variable cv;
-  bool done = false;                       // guarded by mutex
-  std::optional<Error> failure;            // guarded by mutex
-  std::vector<int64_t> output_shape;       // guarded by mutex
+  bool done HORA_GUARDED_BY(mutex) = false;
+  std::optional<Error> failure HORA_GUARDED_BY(mutex);
+  std::vector<int64_t> output_shape HORA_GUARDED_BY(mutex);
   std::function<void(std::exception_ptr)> callback;
   std::shared_ptr<engine::Doorbell> doorbell;  // null for handles that failed at enqueue
   void complete(std::exception_ptr e, std::vector<int64_t> shape = {});

@@ -17,7 +17,7 @@ ProcessSets::ProcessSets(std::unique_ptr<Communicator> world, const EngineOption
 ProcessSets::~ProcessSets() { shutdown(); }
 
 std::shared_ptr<Runtime> ProcessSets::runtimeOf(int id) const {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   auto it = sets_.find(id);
   if (it == sets_.end()) throw InvalidArgumentError("process set " + std::to_string(id) + " does not exist");
   if (!it->second.runtime)
@@ -47,7 +47,7 @@ void ProcessSets::agree(const std::string& what, const std::vector<int64_t>& val
 int ProcessSets::add(std::vector<int> ranks) {
   int id;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     id = next_id_++;
   }
   const std::string what = "add_process_set." + std::to_string(id);
@@ -65,7 +65,7 @@ int ProcessSets::add(std::vector<int> ranks) {
     options.autotune.enabled = false;  // and the autotuner tunes set 0 only (Note [autotuning])
     set.runtime = std::make_shared<Runtime>(world_->communicator().split(ranks, "set" + std::to_string(id)), options);
   }
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   sets_.emplace(id, std::move(set));
   return id;
 }
@@ -76,7 +76,7 @@ void ProcessSets::remove(int id) {
   agree("remove_process_set." + std::to_string(id), {id});
   std::shared_ptr<Runtime> runtime;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     auto it = sets_.find(id);
     if (it == sets_.end()) return;  // removed by another thread meanwhile
     runtime = std::move(it->second.runtime);
@@ -86,14 +86,14 @@ void ProcessSets::remove(int id) {
 }
 
 std::vector<int> ProcessSets::ranksOf(int id) const {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   auto it = sets_.find(id);
   if (it == sets_.end()) throw InvalidArgumentError("process set " + std::to_string(id) + " does not exist");
   return it->second.ranks;
 }
 
 std::vector<int> ProcessSets::ids() const {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   std::vector<int> out;
   for (const auto& [id, set] : sets_) out.push_back(id);
   return out;
@@ -102,7 +102,7 @@ std::vector<int> ProcessSets::ids() const {
 void ProcessSets::shutdown(const std::string& why) {
   std::vector<std::shared_ptr<Runtime>> runtimes;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     for (auto& [id, set] : sets_)
       if (id != 0 && set.runtime) runtimes.push_back(set.runtime);
   }

@@ -5,10 +5,10 @@
 
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "engine/runtime.h"
 
 namespace hora::engine {
@@ -21,12 +21,12 @@ class ProcessSets {
   Runtime& world() { return *world_; }
   // The runtime of set `id` for this rank; throws InvalidArgumentError for an unknown set or
   // one this rank is not a member of.
-  std::shared_ptr<Runtime> runtimeOf(int id) const;
-  int add(std::vector<int> ranks);
-  void remove(int id);
-  std::vector<int> ranksOf(int id) const;
-  std::vector<int> ids() const;
-  void shutdown(const std::string& why = "");
+  std::shared_ptr<Runtime> runtimeOf(int id) const HORA_EXCLUDES(mutex_);
+  int add(std::vector<int> ranks) HORA_EXCLUDES(mutex_);
+  void remove(int id) HORA_EXCLUDES(mutex_);
+  std::vector<int> ranksOf(int id) const HORA_EXCLUDES(mutex_);
+  std::vector<int> ids() const HORA_EXCLUDES(mutex_);
+  void shutdown(const std::string& why = "") HORA_EXCLUDES(mutex_);
 
  private:
   struct Set {
@@ -34,13 +34,13 @@ class ProcessSets {
     std::shared_ptr<Runtime> runtime;   // null where this rank is not a member
   };
   // Every rank must call add/remove alike: an allreduce through set 0 checks that they agree.
-  void agree(const std::string& what, const std::vector<int64_t>& values);
+  void agree(const std::string& what, const std::vector<int64_t>& values) HORA_EXCLUDES(mutex_);
 
   const EngineOptions options_;
   std::shared_ptr<Runtime> world_;
-  mutable std::mutex mutex_;  // guards sets_ and next_id_
-  std::map<int, Set> sets_;
-  int next_id_ = 1;
+  mutable common::Mutex mutex_;
+  std::map<int, Set> sets_ HORA_GUARDED_BY(mutex_);
+  int next_id_ HORA_GUARDED_BY(mutex_) = 1;
 };
 
 }  // namespace hora::engine

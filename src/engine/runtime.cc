@@ -62,7 +62,7 @@ Runtime::~Runtime() {
 
 void Runtime::startTimeline(const std::string& path, bool mark_cycles, bool all_ranks) {
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     timeline_request_ = TimelineRequest{path, mark_cycles, all_ranks};
   }
   wakeUp();
@@ -70,7 +70,7 @@ void Runtime::startTimeline(const std::string& path, bool mark_cycles, bool all_
 
 void Runtime::stopTimeline() {
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     timeline_request_ = TimelineRequest{};
   }
   wakeUp();
@@ -79,7 +79,7 @@ void Runtime::stopTimeline() {
 void Runtime::applyTimelineRequest() {
   std::optional<TimelineRequest> request;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     request.swap(timeline_request_);
   }
   if (!request) return;
@@ -133,7 +133,7 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
   RequestMeta meta = RequestMeta::of(request);
   if (std::string why = invalidRequest(request, meta, size_); !why.empty())
     return reject(std::make_exception_ptr(InvalidArgumentError(why)));
-  std::unique_lock lock(mutex_);
+  common::MutexLock lock(mutex_);
   if (fatal_) {
     auto e = fatal_;
     lock.unlock();
@@ -173,7 +173,7 @@ Handle Runtime::enqueue(Request request, std::function<void(std::exception_ptr)>
 
 void Runtime::shutdown(const std::string& why) {
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     if (!stopping_ && stop_reason_.empty()) stop_reason_ = why.empty() ? "shut down its engine" : why;
     stopping_ = true;
   }
@@ -182,7 +182,7 @@ void Runtime::shutdown(const std::string& why) {
 }
 
 EngineStats Runtime::stats() const {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   return stats_;
 }
 
@@ -254,7 +254,7 @@ void Runtime::loop() {
 void Runtime::waitUntilSomeRankHasWork() {
   while (true) {
     {
-      std::lock_guard lock(mutex_);
+      common::MutexLock lock(mutex_);
       if ((!queue_.empty() && !doorbell_->held()) || stopping_ || timeline_request_) return;
     }
     if (negotiator_.hasAnnouncements()) return;
@@ -314,7 +314,7 @@ Runtime::CycleResult Runtime::cycle() {
   });
   const uint64_t fused = execute(ready);
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     stats_.fused_allreduces += fused;
   }
   const bool ran = !ready.empty();
@@ -324,7 +324,7 @@ Runtime::CycleResult Runtime::cycle() {
   if (control.someRankStops()) {
     std::string mine;
     {
-      std::lock_guard lock(mutex_);
+      common::MutexLock lock(mutex_);
       if (stopping_) mine = stop_reason_;
     }
     departures_ = agreeOnDepartures(*comm_, mine);  // every rank is in this cycle (Note [departures])
@@ -340,7 +340,7 @@ bool Runtime::admitQueued() {
   std::vector<Submission> fresh;
   bool stopping;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     fresh.swap(queue_);
     held_bytes_ = 0;
     doorbell_->release();
@@ -361,7 +361,7 @@ ControlVector Runtime::controlVector(bool stopping) const {
 }
 
 std::vector<TuningRecord> Runtime::tuningHistory() const {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   return tuning_history_;
 }
 
@@ -382,7 +382,7 @@ void Runtime::applyTuning() {
   plan.hierarchical_allreduce = p.hierarchical_allreduce;
   plan.hierarchical_allgather = p.hierarchical_allgather;
   comm_->setPlanTuning(plan);
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   bucket_bytes_ = p.bucket_bytes;
   tuning_history_.push_back({cycles_run_, p, final});
 }
@@ -397,7 +397,7 @@ void Runtime::recordForTuning(const std::vector<Response>& ran) {
 }
 
 void Runtime::addStats(const EngineStats& delta) {
-  std::lock_guard lock(mutex_);
+  common::MutexLock lock(mutex_);
   stats_.cycles += delta.cycles;
   stats_.full_negotiations += delta.full_negotiations;
   stats_.cached_responses += delta.cached_responses;
@@ -431,7 +431,7 @@ void Runtime::finish(const std::string& name, std::exception_ptr error, std::vec
   if (!done) return;
   {
     // Before completing: a thread that saw its request finish may submit the name again at once.
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     names_in_flight_.erase(name);
   }
   constexpr size_t kRecent = 8;
@@ -446,7 +446,7 @@ void Runtime::finish(const std::string& name, std::exception_ptr error, std::vec
 void Runtime::failEverything(std::exception_ptr error) {
   std::vector<Submission> queued;
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     if (!fatal_) fatal_ = error;  // later enqueues fail with the first cause
     stopping_ = true;
     queued.swap(queue_);

@@ -4,19 +4,20 @@
 // it, fused (fusion.h). It also keeps the stall inspector and the flight record.
 //
 // Thread safety: enqueue, shutdown, stats and the timeline switches may be called from any
-// thread; they meet the engine thread under mutex_. Everything else is the engine thread's.
+// thread; they meet the engine thread under mutex_ (what it guards is marked HORA_GUARDED_BY,
+// checked by clang's -Wthread-safety). Everything else is the engine thread's.
 #pragma once
 
 #include <chrono>
 #include <deque>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <set>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "engine/executor.h"
 #include "engine/handle.h"
 #include "engine/negotiator.h"
@@ -34,14 +35,14 @@ class Runtime {
 
   const Identity& identity() const { return comm_->identity(); }
   const Communicator& communicator() const { return *comm_; }
-  Handle enqueue(Request request, std::function<void(std::exception_ptr)> done);
+  Handle enqueue(Request request, std::function<void(std::exception_ptr)> done) HORA_EXCLUDES(mutex_);
   // Stops the engine thread after telling the other ranks; `why` completes "rank N ..." in their
   // errors (Note [departures]). Idempotent: the first reason stands.
-  void shutdown(const std::string& why = "");
-  EngineStats stats() const;
-  std::vector<TuningRecord> tuningHistory() const;
-  void startTimeline(const std::string& path, bool mark_cycles, bool all_ranks);
-  void stopTimeline();
+  void shutdown(const std::string& why = "") HORA_EXCLUDES(mutex_);
+  EngineStats stats() const HORA_EXCLUDES(mutex_);
+  std::vector<TuningRecord> tuningHistory() const HORA_EXCLUDES(mutex_);
+  void startTimeline(const std::string& path, bool mark_cycles, bool all_ranks) HORA_EXCLUDES(mutex_);
+  void stopTimeline() HORA_EXCLUDES(mutex_);
 
  private:
   void loop();
@@ -80,25 +81,24 @@ class Runtime {
   const EngineOptions options_;
   const int rank_, size_;
 
-  // guards queue_, names_in_flight_, held_bytes_, bucket_bytes_, stopping_, stop_reason_, fatal_,
-  // stats_, timeline_request_, tuning_history_
-  mutable std::mutex mutex_;
-  std::vector<Submission> queue_;
+  // The state user threads and the engine thread share.
+  mutable common::Mutex mutex_;
+  std::vector<Submission> queue_ HORA_GUARDED_BY(mutex_);
   // Every name enqueued and not completed yet: a second enqueue of one fails at once (Horovod
   // raises at enqueue, on the rank that made the mistake only).
-  std::set<std::string> names_in_flight_;
-  size_t held_bytes_ = 0;  // of the allreduces in queue_ queued without waking the engine
-  size_t bucket_bytes_;    // HORA_BUCKET_BYTES, or what the autotuner set
-  std::vector<TuningRecord> tuning_history_;
-  bool stopping_ = false;
-  std::string stop_reason_;  // why this rank stops (Note [departures])
-  std::exception_ptr fatal_;
-  EngineStats stats_;
+  std::set<std::string> names_in_flight_ HORA_GUARDED_BY(mutex_);
+  size_t held_bytes_ HORA_GUARDED_BY(mutex_) = 0;  // of the allreduces in queue_ queued without waking the engine
+  size_t bucket_bytes_ HORA_GUARDED_BY(mutex_);  // HORA_BUCKET_BYTES, or what the autotuner set
+  std::vector<TuningRecord> tuning_history_ HORA_GUARDED_BY(mutex_);
+  bool stopping_ HORA_GUARDED_BY(mutex_) = false;
+  std::string stop_reason_ HORA_GUARDED_BY(mutex_);  // why this rank stops (Note [departures])
+  std::exception_ptr fatal_ HORA_GUARDED_BY(mutex_);
+  EngineStats stats_ HORA_GUARDED_BY(mutex_);
   struct TimelineRequest {
     std::string path;  // empty: stop
     bool mark_cycles = false, all_ranks = false;
   };
-  std::optional<TimelineRequest> timeline_request_;  // applied by the engine thread
+  std::optional<TimelineRequest> timeline_request_ HORA_GUARDED_BY(mutex_);  // applied by the engine thread
 
   // Engine thread only:
   TunedParameters tuned_;  // what is in force: the options, or what the autotuner set

@@ -36,7 +36,7 @@ Timeline::Timeline(const std::string& path, int rank, bool mark_cycles)
 
 Timeline::~Timeline() {
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     stop_ = true;
   }
   wake_.notify_one();
@@ -80,7 +80,7 @@ void Timeline::cycleStart() {
 
 void Timeline::emit(std::string event) {
   {
-    std::lock_guard lock(mutex_);
+    common::MutexLock lock(mutex_);
     pending_.push_back(std::move(event));
   }
   wake_.notify_one();
@@ -92,8 +92,8 @@ void Timeline::writerLoop() {
   while (true) {
     bool stop;
     {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stop_ || !pending_.empty(); });
+      common::MutexLock lock(mutex_);
+      wake_.wait(lock.native(), [&]() HORA_REQUIRES(mutex_) { return stop_ || !pending_.empty(); });
       batch.swap(pending_);
       stop = stop_;
     }

@@ -17,12 +17,12 @@
 #include <cstdio>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
+#include "common/thread_annotations.h"
 #include "hora/types.h"
 
 namespace hora::engine {
@@ -50,10 +50,10 @@ class Timeline {
   std::FILE* file_;
   std::map<std::string, int> lanes_;  // engine thread only
 
-  std::mutex mutex_;  // guards pending_, stop_
+  common::Mutex mutex_;
   std::condition_variable wake_;
-  std::vector<std::string> pending_;
-  bool stop_ = false;
+  std::vector<std::string> pending_ HORA_GUARDED_BY(mutex_);
+  bool stop_ HORA_GUARDED_BY(mutex_) = false;
   bool first_ = true;  // writer thread only
   std::thread writer_;
 };

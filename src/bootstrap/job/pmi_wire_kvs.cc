@@ -1,4 +1,4 @@
-#include "bootstrap/pmi_wire_kvs.h"
+#include "bootstrap/job/pmi_wire_kvs.h"
 
 #include <fcntl.h>
 #include <poll.h>

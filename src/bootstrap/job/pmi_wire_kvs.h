@@ -7,7 +7,7 @@
 #include <map>
 #include <string>
 
-#include "bootstrap/launcher_kvs.h"
+#include "bootstrap/job/launcher_kvs.h"
 #include "common/socket.h"
 
 namespace hora::bootstrap {

@@ -1,7 +1,7 @@
-#include "bootstrap/launcher_kvs.h"
+#include "bootstrap/job/launcher_kvs.h"
 
-#include "bootstrap/pmi_wire_kvs.h"
-#include "bootstrap/pmix_kvs.h"
+#include "bootstrap/job/pmi_wire_kvs.h"
+#include "bootstrap/job/pmix_kvs.h"
 #include "hora/errors.h"
 
 namespace hora::bootstrap {

@@ -6,7 +6,7 @@
 // Note [foreign launch]: when neither HORA_RENDEZVOUS_ADDR nor HORA_RENDEZVOUS_PORT is set and
 // the launcher offers its key-value service (PMI-1 over PMI_FD for MPICH's Hydra, PMIx for
 // OpenMPI), rank 0 serves the store on a free port with a random secret and the others learn
-// both through that service (bootstrap/store_through_launcher.h). Otherwise:
+// both through that service (bootstrap/job/launcher_store.h). Otherwise:
 // the store's address is HORA_RENDEZVOUS_ADDR if set, else 127.0.0.1 when
 // every rank is on one host, else (Slurm) the first host of the step, where srun puts rank 0,
 // or (TF_CONFIG) the host of rank 0's entry in the cluster. Its port is HORA_RENDEZVOUS_PORT if
@@ -17,14 +17,16 @@
 // separate jobs apart, and a warning says so.
 #pragma once
 
-#include <optional>
 #include <string>
+#include <utility>
 
+#include "bootstrap/job/job.h"
 #include "common/knobs.h"
 #include "hora/options.h"
 
-namespace hora::common {
+namespace hora::bootstrap {
 
+// What another launcher's environment says (mpi_launch.h, tf_config.h).
 struct ForeignLaunch {
   std::string launcher;  // "OpenMPI", "MPICH", "Slurm" or "TF_CONFIG"
   int rank = 0, size = 1;
@@ -35,20 +37,23 @@ struct ForeignLaunch {
   std::string launcher_kvs;  // "pmi-fd:<fd>", "pmix", or "" (RendezvousOptions::launcher_kvs)
 };
 
-// The launcher that started this process, when no HORA_SIZE is set; nullopt when none is known.
-std::optional<ForeignLaunch> detectForeignLaunch(const Env& env);
+// A job of another launcher: rank and size are its, the local and cross fields derived from the
+// hostnames; join() learns the store through the launcher's key-value service when it has one.
+class ForeignStart : public JobStart {
+ public:
+  ForeignStart(common::Env env, ForeignLaunch job) : JobStart(std::move(env)), job_(std::move(job)) {}
+  RendezvousOptions rendezvous() const override;
+  std::pair<Identity, RendezvousOptions> join(ProcessState& process, const CommunicatorOptions& options) const override;
+
+ protected:
+  Identity place() const override;
+
+ private:
+  ForeignLaunch job_;
+};
 
 // The rendezvous for such a job (Note [foreign launch]); serve_store is set on rank 0. Throws
 // InvalidArgumentError naming the variable to set when no address or port can be derived.
-RendezvousOptions foreignRendezvous(const Env& env, const ForeignLaunch& job);
+RendezvousOptions foreignRendezvous(const common::Env& env, const ForeignLaunch& job);
 
-// TensorFlow's cluster description, {"cluster": {"chief": [...], "worker": ["host:port", ...]},
-// "task": {"type": "worker", "index": i}}: ranks are the chief's, then the workers' in their
-// order. InvalidArgumentError naming TF_CONFIG when it is malformed or the task is of a type that
-// trains with no allreduce (ps, evaluator).
-ForeignLaunch parseTfConfig(const std::string& tf_config);
-
-// "node[01-04],gpu7" -> "node01": the first host of a Slurm host list.
-std::string firstSlurmHost(const std::string& list);
-
-}  // namespace hora::common
+}  // namespace hora::bootstrap

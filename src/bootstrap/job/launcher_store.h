@@ -6,19 +6,26 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "hora/options.h"
+#include "rendezvous/tcp_store_server.h"
 
 namespace hora::bootstrap {
 
-// `job` from Note [foreign launch] with launcher_kvs set; returns it with address, port and
-// secret filled in and launcher_kvs cleared. Once per process (later calls return the first
-// answer): every rank calls it at its first Communicator, as the fence needs. Throws
-// InvalidArgumentError saying what to set by hand when the service cannot be used, TimeoutError
-// when the ranks do not all arrive within `timeout`, PeerError when rank 0 cannot be reached.
-RendezvousOptions rendezvousThroughLauncher(const RendezvousOptions& job, int rank, const std::string& iface,
+struct LearnedRendezvous {
+  RendezvousOptions rendezvous;  // address, port and secret filled in, launcher_kvs cleared
+  std::unique_ptr<rendezvous::TcpStoreServer> server;  // rank 0's, serving the job
+};
+
+// `job` from Note [foreign launch] with launcher_kvs set. Once per process
+// (ProcessState::throughLauncher keeps the answer): every rank calls it at its first
+// Communicator, as the fence needs. Throws InvalidArgumentError saying what to set by hand when
+// the service cannot be used, TimeoutError when the ranks do not all arrive within `timeout`,
+// PeerError when rank 0 cannot be reached.
+LearnedRendezvous rendezvousThroughLauncher(const RendezvousOptions& job, int rank, const std::string& iface,
                                             std::chrono::milliseconds timeout);
 
 // Orders rank 0's addresses for a rank whose own interfaces are `mine` (address/prefix length):

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "bootstrap/launcher_kvs.h"
+#include "bootstrap/job/launcher_kvs.h"
 
 namespace hora::bootstrap {
 

@@ -14,7 +14,7 @@
 #include <regex>
 #include <thread>
 
-#include "bootstrap/elastic_join.h"
+#include "bootstrap/job/elastic_join.h"
 #include "harness.h"
 #include "hora/c_api.h"
 #include "hora/hora.h"

@@ -9,6 +9,7 @@
 #include <string>
 #include <utility>
 
+#include "bootstrap/job/horarun.h"
 #include "common/deadline.h"
 #include "common/knobs.h"
 #include "hora/identity.h"
@@ -23,16 +24,23 @@ struct ElasticPlace {
   int size = 1;
 };
 
-// Joins the next generation as `worker_id`. Throws WorkerRemovedError when the driver removed
-// this worker, TimeoutError (naming the worker and the elastic timeout) when no answer came
-// before `deadline`, PeerError for an answer that cannot be read.
+// Joins the next generation as `worker_id`, with a nonce from ProcessState. Throws
+// WorkerRemovedError when the driver removed this worker, TimeoutError (naming the worker and the
+// elastic timeout) when no answer came before `deadline`, PeerError for an answer that cannot be
+// read.
 ElasticPlace joinNextGeneration(rendezvous::Store& store, const std::string& worker_id,
                                 const common::Deadline& deadline);
 
-// An elastic worker's (HORA_ELASTIC=1) identity and rendezvous in the next generation: its place
-// from the driver, the local and cross ranks to be derived from the hostnames, the generation's
-// key prefix. `identity` is the environment's (its hostname is kept).
-std::pair<Identity, RendezvousOptions> joinElasticGeneration(const common::Env& env, Identity identity);
+// An elastic worker (HORA_ELASTIC=1, HORA_ELASTIC_WORKER_ID), started by horarun with the
+// variables of the place it starts in. rendezvous() is the driver's store; join() gives its
+// identity and rendezvous in the next generation: its place from the driver, the local and cross
+// ranks to be derived from the hostnames, the generation's key prefix.
+class ElasticStart : public HorarunStart {
+ public:
+  using HorarunStart::HorarunStart;
+  RendezvousOptions rendezvous() const override;
+  std::pair<Identity, RendezvousOptions> join(ProcessState& process, const CommunicatorOptions& options) const override;
+};
 
 // The store's answer to one join, as the driver writes it: "<generation> <rank> <size>" or
 // "removed <why>". Throws as joinNextGeneration does.

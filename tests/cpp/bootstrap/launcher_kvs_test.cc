@@ -1,6 +1,6 @@
 // The bootstrap of mpirun-started jobs through the launcher's key-value service: the PMI-1 wire
 // client against a scripted process manager on a socket pair, the ordering of rank 0's
-// addresses, when the service is chosen, and the host agents' plan encoding.
+// addresses, and when the service is chosen.
 #include <gtest/gtest.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -11,14 +11,12 @@
 #include <string>
 #include <thread>
 
-#include "bootstrap/pmi_wire_kvs.h"
-#include "bootstrap/store_through_launcher.h"
-#include "common/foreign_launch.h"
+#include "bootstrap/job/pmi_wire_kvs.h"
+#include "bootstrap/job/launcher_store.h"
+#include "bootstrap/job/mpi_launch.h"
 #include "common/knobs.h"
 #include "expect_error.h"
 #include "hora/errors.h"
-#include "launcher/host_plan.h"
-#include "launcher/hosts.h"
 
 namespace hora {
 namespace {
@@ -168,17 +166,17 @@ common::Env envOf(std::map<std::string, std::string> m) { return common::Env::fr
 
 TEST(ForeignLaunch, MpirunAcrossHostsUsesTheLaunchersService) {
   const auto hydra_env = envOf({{"PMI_SIZE", "8"}, {"PMI_RANK", "5"}, {"MPI_LOCALNRANKS", "4"}, {"PMI_FD", "7"}});
-  auto job = common::detectForeignLaunch(hydra_env);
+  auto job = bootstrap::detectMpiLaunch(hydra_env);
   ASSERT_TRUE(job);
-  auto r = common::foreignRendezvous(hydra_env, *job);
+  auto r = bootstrap::foreignRendezvous(hydra_env, *job);
   EXPECT_EQ(r.launcher_kvs, "pmi-fd:7");
   EXPECT_EQ(r.address, "");
   EXPECT_FALSE(r.serve_store);
 
   const auto ompi = envOf({{"OMPI_COMM_WORLD_SIZE", "4"}, {"OMPI_COMM_WORLD_RANK", "0"},
                            {"OMPI_COMM_WORLD_LOCAL_SIZE", "4"}, {"PMIX_NAMESPACE", "1234"}});
-  job = common::detectForeignLaunch(ompi);
-  r = common::foreignRendezvous(ompi, *job);
+  job = bootstrap::detectMpiLaunch(ompi);
+  r = bootstrap::foreignRendezvous(ompi, *job);
   EXPECT_EQ(r.launcher_kvs, "pmix");
   EXPECT_EQ(r.address, "127.0.0.1");  // one host: the store listens on loopback only
   EXPECT_TRUE(r.serve_store);
@@ -186,64 +184,18 @@ TEST(ForeignLaunch, MpirunAcrossHostsUsesTheLaunchersService) {
   // Set by hand, the address wins over the service.
   const auto by_hand = envOf({{"PMI_SIZE", "8"}, {"PMI_RANK", "1"}, {"PMI_FD", "7"},
                               {"HORA_RENDEZVOUS_ADDR", "h1"}, {"HORA_RENDEZVOUS_PORT", "29500"}});
-  job = common::detectForeignLaunch(by_hand);
-  r = common::foreignRendezvous(by_hand, *job);
+  job = bootstrap::detectMpiLaunch(by_hand);
+  r = bootstrap::foreignRendezvous(by_hand, *job);
   EXPECT_EQ(r.launcher_kvs, "");
   EXPECT_EQ(r.address, "h1");
 }
 
 TEST(ForeignLaunch, NoServiceAcrossHostsSaysWhatToSet) {
   const auto hydra_env = envOf({{"PMI_SIZE", "8"}, {"PMI_RANK", "5"}, {"MPI_LOCALNRANKS", "4"}});
-  const auto job = common::detectForeignLaunch(hydra_env);
-  testing::expectInvalid([&] { common::foreignRendezvous(hydra_env, *job); },
+  const auto job = bootstrap::detectMpiLaunch(hydra_env);
+  testing::expectInvalid([&] { bootstrap::foreignRendezvous(hydra_env, *job); },
                         "MPICH offers no key-value service to learn rank 0's address from (PMI_FD is not set): "
                         "set it to the address of rank 0's host");
-}
-
-TEST(HostPlan, RoundTripsAnyBytes) {
-  launcher::HostPlan plan;
-  plan.host = "10.0.0.2";
-  plan.grace_ms = 1500;
-  plan.command = {"python", "-c", "print('a b')\nprint(\"x\")", ""};
-  plan.ranks.push_back({4, {{"HORA_SECRET", "s3:cr=t"}, {"MULTI", "line one\nline two"}, {"U", "\xc3\xa9t\xc3\xa9 \xe2\x9c\x93"}}});
-  plan.ranks.push_back({5, {{"EMPTY", ""}}});
-  const auto back = launcher::decodeHostPlan(launcher::encodeHostPlan(plan));
-  EXPECT_EQ(back.host, plan.host);
-  EXPECT_EQ(back.grace_ms, 1500);
-  EXPECT_EQ(back.command, plan.command);
-  ASSERT_EQ(back.ranks.size(), 2u);
-  EXPECT_EQ(back.ranks[0].rank, 4);
-  EXPECT_EQ(back.ranks[0].env, plan.ranks[0].env);
-  EXPECT_EQ(back.ranks[1].env, plan.ranks[1].env);
-}
-
-TEST(HostPlan, RefusesGarbage) {
-  const std::string good = launcher::encodeHostPlan({"h", 1, {"true"}, {{0, {}}}});
-  testing::expectInvalid([&] { launcher::decodeHostPlan(good.substr(0, good.size() - 1)); }, "host plan");
-  testing::expectInvalid([&] { launcher::decodeHostPlan(good + "x"); }, "trailing");
-  testing::expectInvalid([&] { launcher::decodeHostPlan("abc:def"); }, "malformed");
-  testing::expectInvalid([&] { launcher::decodeHostPlan("5:2:ab,"); }, "host plan");
-}
-
-}  // namespace
-}  // namespace hora
-
-namespace hora {
-namespace {
-
-TEST(SlurmAllocation, HostsAndSlotsAsSlurmWritesThem) {
-  const auto hosts = launcher::slurmAllocationHosts("node[01-03,07],gpu7,10.0.0.[1-2]", "2(x3),1,4,3(x2)");
-  std::vector<std::string> names;
-  std::vector<int> slots;
-  for (const auto& h : hosts) {
-    names.push_back(h.host);
-    slots.push_back(h.slots);
-  }
-  EXPECT_EQ(names, (std::vector<std::string>{"node01", "node02", "node03", "node07", "gpu7", "10.0.0.1", "10.0.0.2"}));
-  EXPECT_EQ(slots, (std::vector<int>{2, 2, 2, 1, 4, 3, 3}));
-  testing::expectInvalid([] { launcher::slurmAllocationHosts("a[1-2]", "1"); }, "gives slots for 1");
-  testing::expectInvalid([] { launcher::slurmAllocationHosts("a[1-x]", "1"); }, "not a Slurm host list");
-  testing::expectInvalid([] { launcher::slurmAllocationHosts("a[1-2", "1"); }, "unclosed");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "bootstrap/job/job.h"
 #include "common/config.h"
 #include "common/knobs.h"
 #include "expect_error.h"
@@ -147,37 +148,38 @@ TEST(Knobs, TypedParsingNamesTheVariable) {
 }
 
 TEST(Identity, FromEnvironment) {
-  const auto alone = common::identityFrom(common::Env::fromMap({}));
+  const auto alone = bootstrap::identityFrom(common::Env::fromMap({}));
   EXPECT_EQ(alone.size, 1);
   EXPECT_EQ(alone.rank, 0);
-  const auto id = common::identityFrom(common::Env::fromMap(
+  const auto id = bootstrap::identityFrom(common::Env::fromMap(
       {{"HORA_RANK", "5"}, {"HORA_SIZE", "8"}, {"HORA_LOCAL_RANK", "1"}, {"HORA_LOCAL_SIZE", "4"},
        {"HORA_CROSS_RANK", "1"}, {"HORA_CROSS_SIZE", "2"}, {"HORA_HOSTNAME", "b"}}));
   EXPECT_EQ(id.rank, 5);
   EXPECT_EQ(id.local_rank, 1);
   EXPECT_EQ(id.cross_size, 2);
   EXPECT_EQ(id.hostname, "b");
-  const auto partial = common::identityFrom(common::Env::fromMap({{"HORA_RANK", "1"}, {"HORA_SIZE", "3"}}));
+  const auto partial = bootstrap::identityFrom(common::Env::fromMap({{"HORA_RANK", "1"}, {"HORA_SIZE", "3"}}));
   EXPECT_TRUE(partial.derivesTopology());
-  expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "8"}, {"HORA_SIZE", "8"}})); }, "HORA_RANK");
-  expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "1"}})); }, "HORA_SIZE");
-  expectInvalid([] { common::identityFrom(common::Env::fromMap({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_LOCAL_RANK", "1"}, {"HORA_LOCAL_SIZE", "1"}})); }, "HORA_LOCAL_RANK");
-  expectInvalid([] { common::rendezvousOptionsFrom(common::Env::fromMap({}), 2); }, "HORA_RENDEZVOUS_ADDR");
+  expectInvalid([] { bootstrap::identityFrom(common::Env::fromMap({{"HORA_RANK", "8"}, {"HORA_SIZE", "8"}})); }, "HORA_RANK");
+  expectInvalid([] { bootstrap::identityFrom(common::Env::fromMap({{"HORA_RANK", "1"}})); }, "HORA_SIZE");
+  expectInvalid([] { bootstrap::identityFrom(common::Env::fromMap({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_LOCAL_RANK", "1"}, {"HORA_LOCAL_SIZE", "1"}})); }, "HORA_LOCAL_RANK");
+  expectInvalid([] { bootstrap::rendezvousFrom(common::Env::fromMap({{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}})); },
+                "HORA_RENDEZVOUS_ADDR");
 }
 
 TEST(Identity, RankZeroOfARunnerServesTheStoreWhenTold) {
   // hora.spark and hora.ray set HORA_SERVE_STORE=1 on rank 0 only; horarun never sets it.
   const std::map<std::string, std::string> job{{"HORA_RANK", "0"}, {"HORA_SIZE", "2"}, {"HORA_SECRET", "s"},
                                                {"HORA_RENDEZVOUS_ADDR", "10.1.2.3"}, {"HORA_RENDEZVOUS_PORT", "4321"}};
-  EXPECT_FALSE(common::rendezvousOptionsFrom(common::Env::fromMap(job), 2).serve_store);
+  EXPECT_FALSE(bootstrap::rendezvousFrom(common::Env::fromMap(job)).serve_store);
   auto serving = job;
   serving["HORA_SERVE_STORE"] = "1";
-  const RendezvousOptions r = common::rendezvousOptionsFrom(common::Env::fromMap(serving), 2);
+  const RendezvousOptions r = bootstrap::rendezvousFrom(common::Env::fromMap(serving));
   EXPECT_TRUE(r.serve_store);
   EXPECT_EQ(r.address, "10.1.2.3");
   EXPECT_EQ(r.port, 4321);
   serving["HORA_SERVE_STORE"] = "maybe";
-  expectInvalid([&] { common::rendezvousOptionsFrom(common::Env::fromMap(serving), 2); }, "HORA_SERVE_STORE");
+  expectInvalid([&] { bootstrap::rendezvousFrom(common::Env::fromMap(serving)); }, "HORA_SERVE_STORE");
 }
 
 TEST(Identity, LocalAndCrossRanksAreDerivedFromHostnames) {

@@ -1,4 +1,4 @@
-#include "bootstrap/pmix_kvs.h"
+#include "bootstrap/job/pmix_kvs.h"
 
 #include "hora/errors.h"
 

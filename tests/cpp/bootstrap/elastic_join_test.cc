@@ -1,4 +1,4 @@
-// An elastic worker's join (src/bootstrap/elastic_join.h) against a real store, with the test
+// An elastic worker's join (src/bootstrap/job/elastic_join.h) against a real store, with the test
 // playing horarun's driver: workers are placed generation by generation and form working
 // communicators under each generation's prefix; a removed worker and an unanswered join end in
 // their typed errors; a rank of another generation cannot complete the TCP handshake.
@@ -7,7 +7,7 @@
 #include <numeric>
 #include <thread>
 
-#include "bootstrap/elastic_join.h"
+#include "bootstrap/job/elastic_join.h"
 #include "harness.h"
 #include "hora/communicator.h"
 #include "hora/errors.h"

@@ -1,11 +1,7 @@
-#include "bootstrap/elastic_join.h"
+#include "bootstrap/job/elastic_join.h"
 
-#include <unistd.h>
-
-#include <atomic>
 #include <sstream>
 
-#include "common/config.h"
 #include "hora/errors.h"
 #include "rendezvous/tcp_store.h"
 
@@ -41,8 +37,7 @@ ElasticPlace parsePlace(const std::string& answer, const std::string& worker_id)
 
 ElasticPlace joinNextGeneration(rendezvous::Store& store, const std::string& worker_id,
                                 const common::Deadline& deadline) {
-  static std::atomic<int> joins{0};
-  const std::string nonce = std::to_string(::getpid()) + "." + std::to_string(joins++);
+  const std::string nonce = ProcessState::instance().nextJoinNonce();
   store.set(elasticJoinKey(worker_id), nonce, deadline);
   store.add(kElasticJoinCountKey, 1, deadline);
   std::string answer;
@@ -56,14 +51,20 @@ ElasticPlace joinNextGeneration(rendezvous::Store& store, const std::string& wor
   return parsePlace(answer, worker_id);
 }
 
-std::pair<Identity, RendezvousOptions> joinElasticGeneration(const common::Env& env, Identity identity) {
-  RendezvousOptions job = common::rendezvousOptionsFrom(env, 2);  // any size > 1: the driver's store
-  const std::string worker = env.getString("HORA_ELASTIC_WORKER_ID");
-  if (worker.empty()) throw InvalidArgumentError("HORA_ELASTIC=1 needs HORA_ELASTIC_WORKER_ID; start the job with horarun");
-  const auto timeout = std::chrono::seconds(env.getInt("HORA_ELASTIC_TIMEOUT_SECONDS", 1, 1 << 30));
+RendezvousOptions ElasticStart::rendezvous() const {
+  return horarunStore(env(), 2);  // any size > 1: the driver's store
+}
+
+std::pair<Identity, RendezvousOptions> ElasticStart::join(ProcessState&, const CommunicatorOptions&) const {
+  RendezvousOptions job = rendezvous();
+  const std::string worker = env().getString("HORA_ELASTIC_WORKER_ID");
+  if (worker.empty())
+    throw InvalidArgumentError("HORA_ELASTIC=1 needs HORA_ELASTIC_WORKER_ID; start the job with horarun");
+  const auto timeout = std::chrono::seconds(env().getInt("HORA_ELASTIC_TIMEOUT_SECONDS", 1, 1 << 30));
   const auto deadline = common::Deadline::after(timeout);
   rendezvous::TcpStore store(job.address, job.port, job.secret, deadline);
   const ElasticPlace place = joinNextGeneration(store, worker, deadline);
+  Identity identity = this->identity();
   identity.rank = place.rank;
   identity.size = place.size;
   identity.generation = place.generation;

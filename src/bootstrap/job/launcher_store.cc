@@ -1,4 +1,4 @@
-#include "bootstrap/store_through_launcher.h"
+#include "bootstrap/job/launcher_store.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -8,16 +8,13 @@
 
 #include <algorithm>
 #include <memory>
-#include <mutex>
-#include <optional>
 #include <sstream>
 
-#include "bootstrap/launcher_kvs.h"
+#include "bootstrap/job/launcher_kvs.h"
 #include "common/crypto.h"
 #include "common/logging.h"
 #include "common/socket.h"
 #include "hora/errors.h"
-#include "rendezvous/tcp_store_server.h"
 
 namespace hora::bootstrap {
 namespace {
@@ -126,15 +123,9 @@ std::vector<std::string> orderByNearness(const std::vector<std::string>& theirs,
   return near;
 }
 
-RendezvousOptions rendezvousThroughLauncher(const RendezvousOptions& job, int rank, const std::string& iface,
+LearnedRendezvous rendezvousThroughLauncher(const RendezvousOptions& job, int rank, const std::string& iface,
                                             std::chrono::milliseconds timeout) {
-  // The store outlives every communicator of the process, as in nextCommunicator.
-  static std::mutex mutex;
-  static std::optional<RendezvousOptions> learned;
-  static std::unique_ptr<rendezvous::TcpStoreServer> server;
-  std::lock_guard lock(mutex);
-  if (learned) return *learned;
-
+  std::unique_ptr<rendezvous::TcpStoreServer> server;
   const auto deadline = common::Deadline::after(timeout);
   std::unique_ptr<LauncherKvs> kvs;
   try {
@@ -173,8 +164,7 @@ RendezvousOptions rendezvousThroughLauncher(const RendezvousOptions& job, int ra
   r.secret = fields[1].empty() ? job.secret : fields[1];
   r.address = rank == 0 ? split(fields[2], ',').front() : reachableAddress(split(fields[2], ','), r.port, rank, deadline);
   HORA_LOG(debug, "rendezvous store at {}:{}, learned through {}", r.address, r.port, job.launcher_kvs);
-  learned = r;
-  return r;
+  return {r, std::move(server)};
 }
 
 }  // namespace hora::bootstrap

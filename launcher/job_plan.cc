@@ -1,0 +1,27 @@
+#include "launcher/job_plan.h"
+
+#include "common/knobs.h"
+#include "common/socket.h"
+#include "launcher/host_resolution.h"
+#include "launcher/remote.h"
+
+namespace hora::launcher {
+
+JobPlan planJob(const JobFlags& f) {
+  JobPlan plan;
+  plan.hosts = resolveHosts(f, common::Env::fromProcess(), f.np);
+  plan.placements = placeRanks(plan.hosts, f.np);
+  for (const auto& p : plan.placements) {
+    if (plan.local.count(p.host)) continue;
+    plan.local[p.host] = isLocalHost(p.host);
+    if (!plan.local[p.host] && plan.first_remote.empty()) plan.first_remote = p.host;
+  }
+  // The store listens where every host can reach it: loopback for a local job, else our
+  // address on the route to the remote hosts (or on --network-interface).
+  plan.store_host = "127.0.0.1";
+  if (!f.network_interface.empty()) plan.store_host = common::interfaceAddress(f.network_interface);
+  else if (!plan.first_remote.empty()) plan.store_host = addressToward(plan.first_remote);
+  return plan;
+}
+
+}  // namespace hora::launcher

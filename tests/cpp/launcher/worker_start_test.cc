@@ -1,0 +1,127 @@
+// Where horarun places ranks (hosts.h) and how it starts them (worker_start.h): the specs that
+// its static launcher and its elastic driver hand to the WorkerSet.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "expect_error.h"
+#include "launcher/host_plan.h"
+#include "launcher/hosts.h"
+#include "launcher/worker_start.h"
+
+namespace hora::launcher {
+namespace {
+
+TEST(RankPlacement, RanksFillTheHostsInOrderWithLocalAndCrossRanks) {
+  // a has 2 slots, b 3: -np 4 puts ranks 0-1 on a, 2-3 on b.
+  const auto p = placeRanks({{"a", 2, true}, {"b", 3, true}}, 4);
+  ASSERT_EQ(p.size(), 4u);
+  const std::vector<std::string> hosts{p[0].host, p[1].host, p[2].host, p[3].host};
+  EXPECT_EQ(hosts, (std::vector<std::string>{"a", "a", "b", "b"}));
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_EQ(p[r].rank, r);
+    EXPECT_EQ(p[r].size, 4);
+    EXPECT_EQ(p[r].local_rank, r % 2);
+    EXPECT_EQ(p[r].local_size, 2);
+    EXPECT_EQ(p[r].cross_rank, r / 2);  // local rank 0 and 1 each exist on both hosts
+    EXPECT_EQ(p[r].cross_size, 2);
+  }
+}
+
+TEST(RankPlacement, UnevenHostsAndRefusals) {
+  // a:3, b:1 -> a runs 0,1,2 and b runs 3; local rank 0 is on both hosts, 1 and 2 only on a.
+  const auto p = placeRanks({{"a", 3, true}, {"b", 1, true}}, 4);
+  EXPECT_EQ(p[3].host, "b");
+  EXPECT_EQ(p[3].local_size, 1);
+  EXPECT_EQ(p[3].cross_rank, 1);
+  EXPECT_EQ(p[3].cross_size, 2);
+  EXPECT_EQ(p[1].cross_size, 1);
+  testing::expectInvalid([] { placeRanks({{"a", 2, true}}, 3); }, "-np 3 asks for more ranks than the 2 slots");
+  testing::expectInvalid([] { placeRanks({{"a", 1, true}, {"a", 1, true}}, 2); }, "host 'a' is listed twice");
+}
+
+TEST(WorkerStart, RankVariablesUnderHorasAndHorovodsNames) {
+  const Env env = rankVariables({"b", 5, 1, 4, 1, 2, 8});
+  const std::map<std::string, std::string> want{{"RANK", "5"},       {"SIZE", "8"},       {"LOCAL_RANK", "1"},
+                                                {"LOCAL_SIZE", "4"}, {"CROSS_RANK", "1"}, {"CROSS_SIZE", "2"},
+                                                {"HOSTNAME", "b"}};
+  for (const auto& [name, value] : want) {
+    EXPECT_EQ(env.at("HORA_" + name), value) << name;
+    EXPECT_EQ(env.at("HOROVOD_" + name), value) << name;
+  }
+  EXPECT_EQ(env.size(), 2 * want.size());
+  const Env store = storeVariables("10.0.0.1", 4321, "s3cret");
+  EXPECT_EQ(store.at("HORA_RENDEZVOUS_ADDR"), "10.0.0.1");
+  EXPECT_EQ(store.at("HORA_RENDEZVOUS_PORT"), "4321");
+  EXPECT_EQ(store.at("HORA_SECRET"), "s3cret");
+}
+
+WorkerStart startHere() {
+  WorkerStart start;
+  start.command = {"python", "train.py"};
+  start.grace_ms = 1500;
+  start.ssh.port = 2222;
+  start.cwd = "/work/job";
+  start.horarun = "/opt/bin/horarun";
+  start.forwarded = {{"PATH", "/venv/bin"}, {"HORA_FUSION_THRESHOLD", "from the shell"}};
+  start.is_local = [](const std::string& host) { return host == "here"; };
+  return start;
+}
+
+TEST(WorkerStart, LocalWorkersAreForkedOneByOneInTheirOrder) {
+  const std::vector<Worker> workers{{0, "here", "", {{"HORA_RANK", "0"}}},
+                                    {1, "here", "worker here:1", {{"HORA_RANK", "1"}}}};
+  const auto specs = workerSpecs(workers, startHere());
+  ASSERT_EQ(specs.size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(specs[i].rank, i);
+    EXPECT_EQ(specs[i].host, "here");
+    EXPECT_EQ(specs[i].argv, (std::vector<std::string>{"python", "train.py"}));
+    EXPECT_EQ(specs[i].env, workers[i].env);  // a local worker inherits the shell: nothing forwarded
+    EXPECT_TRUE(specs[i].agent_ranks.empty());
+    EXPECT_TRUE(specs[i].stdin_data.empty());
+  }
+  EXPECT_EQ(specs[1].name, "worker here:1");
+}
+
+TEST(WorkerStart, EachRemoteHostGetsOneHostAgentRunningItsWorkers) {
+  // Ranks 0 and 3 here, 1 and 4 on b, 2 on c: two local specs, then b's agent, then c's.
+  std::vector<Worker> workers;
+  const std::vector<std::pair<int, std::string>> hosts{{0, "here"}, {1, "b"}, {2, "c"}, {3, "here"}, {4, "b"}};
+  for (const auto& [rank, host] : hosts)
+    workers.push_back({rank, host, "", {{"HORA_RANK", std::to_string(rank)}, {"HORA_FUSION_THRESHOLD", "1M"}}});
+  const auto specs = workerSpecs(workers, startHere());
+  ASSERT_EQ(specs.size(), 4u);
+  EXPECT_EQ(specs[0].rank, 0);
+  EXPECT_EQ(specs[1].rank, 3);
+  EXPECT_EQ(specs[2].host, "b");
+  EXPECT_EQ(specs[2].rank, 1);
+  EXPECT_EQ(specs[2].agent_ranks, (std::vector<int>{1, 4}));
+  EXPECT_EQ(specs[3].host, "c");
+  EXPECT_EQ(specs[3].agent_ranks, (std::vector<int>{2}));
+  // ssh to the host, starting this horarun as the agent; nothing secret on the command line.
+  const auto& argv = specs[2].argv;
+  EXPECT_EQ(argv.front(), "ssh");
+  EXPECT_NE(std::find(argv.begin(), argv.end(), "b"), argv.end());
+  std::string joined;
+  for (const auto& a : argv) joined += a + " ";
+  EXPECT_NE(joined.find("/opt/bin/horarun"), std::string::npos) << joined;
+  EXPECT_NE(joined.find("2222"), std::string::npos) << joined;
+  // The plan on the agent's stdin: the command, the grace period, each worker's variables over
+  // the forwarded shell environment.
+  const HostPlan plan = decodeHostPlan(specs[2].stdin_data);
+  EXPECT_EQ(plan.host, "b");
+  EXPECT_EQ(plan.grace_ms, 1500);
+  EXPECT_EQ(plan.command, (std::vector<std::string>{"python", "train.py"}));
+  ASSERT_EQ(plan.ranks.size(), 2u);
+  EXPECT_EQ(plan.ranks[1].rank, 4);
+  EXPECT_EQ(plan.ranks[1].env.at("HORA_RANK"), "4");
+  EXPECT_EQ(plan.ranks[1].env.at("PATH"), "/venv/bin");
+  EXPECT_EQ(plan.ranks[1].env.at("HORA_FUSION_THRESHOLD"), "1M");  // the worker's own wins
+}
+
+}  // namespace
+}  // namespace hora::launcher
