@@ -23,6 +23,7 @@
 #include "common/knobs.h"
 #include "common/socket.h"
 #include "hora/errors.h"
+#include "ps/server.h"
 #include "launcher/elastic_driver.h"
 #include "launcher/flags.h"
 #include "launcher/host_agent.h"
@@ -30,6 +31,7 @@
 #include "launcher/forwarded_env.h"
 #include "launcher/host_resolution.h"
 #include "launcher/hosts.h"
+#include "launcher/ps_servers.h"
 #include "launcher/remote.h"
 #include "launcher/worker_set.h"
 #include "rendezvous/tcp_store.h"
@@ -251,6 +253,13 @@ class StartWatch {
   std::unique_ptr<hora::rendezvous::TcpStore> store_;
 };
 
+// The name this host's ranks know it by, so that parameter servers share memory with them.
+std::string firstLocalHost(const JobPlan& plan) {
+  for (const auto& p : plan.placements)
+    if (plan.local.at(p.host)) return p.host;
+  return "";  // every rank is remote: the server's own hostname (gethostname)
+}
+
 // horarun's own launcher: serves the store, starts every rank and waits for the job.
 int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
   const std::string secret = hora::common::randomSecret();
@@ -269,7 +278,19 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
                 << spec.host << " (ssh, one host agent)\n";
     workers.start(spec);
   }
-  auto result = workers.wait(std::ref(watch));
+  if (f.servers > 0) {
+    const std::string host = firstLocalHost(plan);
+    for (const auto& spec : serverSpecs(f.np, f.servers, env, host, plan.store_host, store.port(), secret)) {
+      workers.start(spec);
+      workers.relabel(spec.rank, "ps" + std::to_string(spec.rank - f.np));
+    }
+  }
+  bool servers_stopped = false;
+  auto result = workers.wait([&] {
+    std::string why = watch();
+    return why.empty() ? stopServersWhenRanksEnd(workers, f.np, f.servers, servers_stopped) : why;
+  });
+  nameFailedServer(result, f.np);
   // A host agent that failed left the rank and the reason in the store.
   if (result.exit_code != 0 && !result.failed_host.empty()) {
     try {
@@ -289,6 +310,8 @@ int launch(const JobFlags& f, const JobPlan& plan, const Env& env) {
 
 int run(const JobFlags& f) {
   try {
+    if (f.servers > 0 && (f.elastic.enabled() || f.mpi))
+      throw hora::InvalidArgumentError("--servers cannot be combined with an elastic job or --mpi yet");
     if (f.elastic.enabled()) return runElasticJob(f, workerEnvironment(f));
     const JobPlan plan = planJob(f);
     if (f.mpi) {
@@ -298,7 +321,9 @@ int run(const JobFlags& f) {
       for (auto& [k, v] : forwardedEnvironment(environ)) env.emplace(k, v);
       return execMpirun(f, plan, env);
     }
-    return launch(f, plan, workerEnvironment(f));
+    Env env = workerEnvironment(f);
+    if (f.servers > 0) env["HORA_PS_SERVERS"] = std::to_string(f.servers);
+    return launch(f, plan, env);
   } catch (const hora::InvalidArgumentError& e) {
     std::cerr << "horarun: " << e.what() << "\n";
     return 2;
@@ -332,6 +357,8 @@ void printKnobsMarkdown() {
 int main(int argc, char** argv) {
   // On a remote host, started by another horarun over ssh (not a user's flag: not in --help).
   if (argc == 2 && std::string(argv[1]) == "--host-agent") return runHostAgent();
+  // A parameter server of a job this horarun's parent started (launcher/ps_servers.h).
+  if (argc == 2 && std::string(argv[1]) == kPsServerFlag) return hora::ps::runServerFromEnvironment();
   const CommandLine c = parseCommandLine(argc, argv);
   switch (c.action) {
     case CommandLine::Action::kExit: return c.exit_code;
