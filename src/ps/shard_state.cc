@@ -75,8 +75,8 @@ ReplyData ShardState::push(int worker, uint64_t step, const float* gradient, con
 
 ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
                                const common::Deadline& deadline) {
-  // Note [sync rounds]: a worker's push of step t comes after its reply of step t-1, so the round
-  // being summed is t.
+  // A worker's push of step t comes after its reply of step t-1, so the round being summed is t
+  // (Note [sync rounds]).
   if (step != round_)
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
                         " while the servers sum step " + std::to_string(round_));
