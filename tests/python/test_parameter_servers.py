@@ -142,8 +142,6 @@ def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path):
         assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
-    # Nobody waits: the fast worker finished before the slow one's last push.
-    assert runs[0]["log"][-1]["version"] < runs[1]["log"][-1]["version"]
     p, v = np.ones(50), np.zeros(50)
     for version, r, s, params in pushes:
         g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
