@@ -10,15 +10,18 @@
 // mpirun (mpirun_job.h) or elastically (elastic_driver.h); a remote host runs a host agent
 // (host_agent.h).
 #include <iostream>
+#include <map>
 #include <string>
 
 #include "common/knobs.h"
 #include "hora/errors.h"
+#include "ps/server.h"
 #include "launcher/elastic_driver.h"
 #include "launcher/flags.h"
 #include "launcher/host_agent.h"
 #include "launcher/job_plan.h"
 #include "launcher/mpirun_job.h"
+#include "launcher/ps_servers.h"
 #include "launcher/static_job.h"
 
 namespace {
@@ -27,10 +30,14 @@ using namespace hora::launcher;
 
 int run(const JobFlags& f) {
   try {
+    if (f.servers > 0 && (f.elastic.enabled() || f.mpi))
+      throw hora::InvalidArgumentError("--servers cannot be combined with an elastic job or --mpi yet");
     if (f.elastic.enabled()) return runElasticJob(f, workerEnvironment(f));
     const JobPlan plan = planJob(f);
     if (f.mpi) return runMpirunJob(f, plan, workerEnvironment(f));
-    return runStaticJob(f, plan, workerEnvironment(f));
+    std::map<std::string, std::string> env = workerEnvironment(f);
+    if (f.servers > 0) env["HORA_PS_SERVERS"] = std::to_string(f.servers);
+    return runStaticJob(f, plan, env);
   } catch (const hora::InvalidArgumentError& e) {
     std::cerr << "horarun: " << e.what() << "\n";
     return 2;
@@ -64,6 +71,8 @@ void printKnobsMarkdown() {
 int main(int argc, char** argv) {
   // On a remote host, started by another horarun over ssh (not a user's flag: not in --help).
   if (argc == 2 && std::string(argv[1]) == "--host-agent") return runHostAgent();
+  // A parameter server of a job this horarun's parent started (launcher/ps_servers.h).
+  if (argc == 2 && std::string(argv[1]) == kPsServerFlag) return hora::ps::runServerFromEnvironment();
   const CommandLine c = parseCommandLine(argc, argv);
   switch (c.action) {
     case CommandLine::Action::kExit: return c.exit_code;

@@ -10,6 +10,7 @@
 #include "common/crypto.h"
 #include "common/deadline.h"
 #include "launcher/host_agent.h"
+#include "launcher/ps_servers.h"
 #include "launcher/worker_set.h"
 #include "launcher/worker_start.h"
 #include "rendezvous/tcp_store.h"
@@ -72,6 +73,22 @@ class StartWatch {
 
 }  // namespace
 
+// The name this host's ranks know it by, so that parameter servers share memory with them.
+std::string firstLocalHost(const JobPlan& plan) {
+  for (const auto& p : plan.placements)
+    if (plan.local.at(p.host)) return p.host;
+  return "";  // every rank is remote: the server's own hostname (gethostname)
+}
+
+// --servers K: the parameter servers, numbered after the ranks in the same WorkerSet.
+void startServers(const JobFlags& f, const JobPlan& plan, const Env& env, int store_port, const std::string& secret,
+                  WorkerSet& workers) {
+  for (const auto& spec : serverSpecs(f.np, f.servers, env, firstLocalHost(plan), plan.store_host, store_port, secret)) {
+    workers.start(spec);
+    workers.relabel(spec.rank, "ps" + std::to_string(spec.rank - f.np));
+  }
+}
+
 // horarun's own launcher: serves the store, starts every rank and waits for the job.
 int runStaticJob(const JobFlags& f, const JobPlan& plan, const Env& env) {
   const std::string secret = common::randomSecret();
@@ -92,7 +109,13 @@ int runStaticJob(const JobFlags& f, const JobPlan& plan, const Env& env) {
                 << spec.host << " (ssh, one host agent)\n";
     workers.start(spec);
   }
-  auto result = workers.wait(std::ref(watch));
+  startServers(f, plan, env, store.port(), secret, workers);
+  bool servers_stopped = false;
+  auto result = workers.wait([&] {
+    std::string why = watch();
+    return why.empty() ? stopServersWhenRanksEnd(workers, f.np, f.servers, servers_stopped) : why;
+  });
+  nameFailedServer(result, f.np);
   // A host agent that failed left the rank and the reason in the store.
   if (result.exit_code != 0 && !result.failed_host.empty()) {
     try {

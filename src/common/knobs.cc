@@ -54,6 +54,11 @@ constexpr KnobSpec kKnobs[] = {
      "How long horarun's elastic driver waits, after the first worker asks to join the next "
      "generation, for the previous generation's other members before it forms the generation "
      "without them (if at least --min-np asked) and blacklists the hosts of those that did not."},
+    {"HORA_PS_SERVERS", "", G::kLauncherSet, S::kJob, "0",
+     "Number of parameter server processes of the job (horarun --servers K); 0 = none. Workers connect "
+     "to them when an optimizer asks for a ps-sync or ps-async mode (docs/parameter_servers.md)."},
+    {"HORA_PS_SERVER_INDEX", "", G::kLauncherSet, S::kRank, "0",
+     "Set in a parameter server process only: its number, 0 to HORA_PS_SERVERS - 1."},
     {"OMPI_COMM_WORLD_RANK", "", G::kForeignLauncher, S::kRank, "", "Rank, as OpenMPI's mpirun sets it (used without horarun)."},
     {"OMPI_COMM_WORLD_SIZE", "", G::kForeignLauncher, S::kRank, "", "Number of ranks, as OpenMPI's mpirun sets it."},
     {"OMPI_COMM_WORLD_LOCAL_SIZE", "", G::kForeignLauncher, S::kRank, "",
@@ -159,6 +164,9 @@ constexpr KnobSpec kKnobs[] = {
      "Log level: trace, debug, info, warning, error, fatal."},
     {"HORA_LOG_HIDE_TIME", "HOROVOD_LOG_HIDE_TIME", G::kTuning, S::kRank, "0",
      "1 = hora's log lines carry no time of day (horarun --log-without-timestamp)."},
+    {"HORA_PS_START_TIMEOUT_SECONDS", "", G::kTuning, S::kJob, "600",
+     "How long a parameter server waits for each worker to connect (workers connect when their "
+     "optimizer is made, after the model is built)."},
     {"HORA_RING_THRESHOLD", "", G::kTuning, S::kJob, "512K",
      "Allreduce messages up to this many bytes use recursive doubling (latency-optimal), "
      "larger ones the ring (bandwidth-optimal); broadcasts up to it a binomial tree, larger a "

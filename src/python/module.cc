@@ -343,6 +343,8 @@ void bindConstants(py::module_& m) {
 
 }  // namespace
 
+void bindParameterServers(py::module_& m);  // ps_module.cc
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "hora's engine for Python frontends (tensors cross as data pointers)";
   bindErrors(m);
@@ -350,4 +352,5 @@ PYBIND11_MODULE(_core, m) {
   bindRequests(m);
   bindProcessSets(m);
   bindConstants(m);
+  bindParameterServers(m);
 }

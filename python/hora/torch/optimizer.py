@@ -15,6 +15,7 @@ import torch
 from hora.common.basics import size
 from hora.common.elastic import is_elastic_job
 from hora.common.ops import Adasum, Average, check_adasum
+from hora.common.parameter_servers import ALLREDUCE, check_mode
 from hora.common.process_sets import global_process_set
 from hora.torch.adasum_optimizer import _DistributedAdasumOptimizer
 from hora.torch.allreduce_ops import _gradient_allreduce_async_
@@ -22,6 +23,7 @@ from hora.torch.basics import note_compute_threads
 from hora.torch.compression import Compression
 from hora.torch.gather_ops import sparse_allreduce_async
 from hora.torch.hooked_optimizer import HookedOptimizer, wrap
+from hora.torch.ps_optimizer import ps_optimizer
 
 
 class _DenseReduction:
@@ -190,11 +192,23 @@ class _DistributedOptimizer(HookedOptimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=Compression.none,
                          backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set):
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=global_process_set,
+                         mode=ALLREDUCE, max_staleness=None):
     """Wraps `optimizer` so that step() applies gradients averaged over the ranks (Horovod's
     hvd.DistributedOptimizer). The result is an instance of the optimizer's own class.
     sparse_as_dense: sparse gradients (nn.Embedding(sparse=True)) are allreduced as dense
-    tensors; otherwise their indices and values are allgathered."""
+    tensors; otherwise their indices and values are allgathered.
+    mode: how gradients travel. "allreduce" (the default), or through the job's parameter
+    servers (horarun --servers K; docs/parameter_servers.md): "ps-sync" (the servers sum, every
+    worker gets the same mean: allreduce's result) or "ps-async" (the servers apply each worker's
+    gradients at once with SGD and the worker takes their parameters; a torch.optim.SGD only).
+    max_staleness (ps-async): no worker runs more than this many steps ahead of the slowest."""
+    check_mode(mode, max_staleness)
+    if mode != ALLREDUCE:
+        if groups is not None or num_groups or process_set is not global_process_set or gradient_predivide_factor != 1.0:
+            raise ValueError(f"mode={mode!r} takes no groups, process_set or gradient_predivide_factor")
+        return ps_optimizer(wrap, optimizer, named_parameters, compression, backward_passes_per_step, op, mode,
+                            max_staleness)
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
     if num_groups != 0:

@@ -1,0 +1,87 @@
+// Parameter servers: a worker's side (docs/parameter_servers.md).
+//
+// A ParameterServerClient connects one worker to every parameter server of the job and, once per
+// step, pushes its gradients and pulls what the servers answer:
+//   - kSync: the sum (or the mean) of every worker's gradients of this step, as an allreduce;
+//   - kAsync: the servers' parameters after applying this worker's gradients with the SGD they
+//     hold (lr, momentum from the options); with max_staleness = s the answer waits until no
+//     live worker is more than s steps behind this one.
+// Tensors are float32, registered once (their element counts, in the same order on every
+// worker); each server holds a shard of them (src/ps/sharding.h).
+//
+// Errors: PeerError naming the server when one dies or answers with an error (a worker that died
+// in a sync job), TimeoutError when an answer does not come within options.timeout (naming the
+// worker the server waits for), MismatchError when the workers registered different tensors or
+// options. Not thread-safe: one thread drives a client. Move-only; the destructor says goodbye.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "hora/export.h"
+#include "hora/options.h"
+
+namespace hora {
+
+enum class PsMode { kSync, kAsync };
+
+struct PsOptions {
+  PsMode mode = PsMode::kSync;
+  bool average = true;          // kSync: the mean rather than the sum
+  int64_t max_staleness = -1;   // kAsync: -1 = unbounded
+  double lr = 0.0;              // kAsync: the servers' SGD
+  double momentum = 0.0;
+};
+
+// Where the job's servers are: horarun sets these through the environment (fromEnvironment).
+struct PsJob {
+  int worker = 0;   // this worker's number, 0 .. workers-1 (its rank)
+  int workers = 1;
+  int servers = 0;  // HORA_PS_SERVERS
+  std::string hostname;
+  RendezvousOptions rendezvous;  // the job's store
+  CommunicatorOptions options;   // timeout (every wait), transport choice, chunk size
+
+  // From HORA_RANK, HORA_SIZE, HORA_PS_SERVERS, HORA_HOSTNAME and the rendezvous variables.
+  static HORA_API PsJob fromEnvironment();
+};
+
+// After a step: this worker's steps the servers have applied, and the fewest any live worker has
+// had applied (over all servers), for the staleness bound.
+struct PsStep {
+  uint64_t step = 0;
+  uint64_t slowest = 0;
+  // Async: where this push stands in the order the servers applied pushes (1 = first); with
+  // several servers, the first server's (each applies in arrival order). Sync: the step.
+  uint64_t version = 0;
+};
+
+class HORA_API ParameterServerClient {
+ public:
+  // Connects to every server and registers the tensors. `initial` (kAsync; one pointer per
+  // tensor) is this worker's parameters: worker 0's become the servers' starting point. Returns
+  // with `initial` overwritten by the servers' parameters in kAsync.
+  ParameterServerClient(const PsJob& job, const std::vector<size_t>& tensor_elements, const PsOptions& options,
+                        const std::vector<float*>& initial = {});
+  ~ParameterServerClient();
+  ParameterServerClient(ParameterServerClient&&) noexcept;
+  ParameterServerClient& operator=(ParameterServerClient&&) noexcept;
+
+  // Pushes `gradients` (one pointer per tensor, read) and writes the answer into `outputs` (kSync:
+  // the reduced gradients, which may be `gradients` themselves; kAsync: the parameters).
+  PsStep step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs);
+
+  // Says goodbye to every server; later calls fail with ShutdownError. Idempotent.
+  void close();
+
+  int servers() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hora

@@ -1,0 +1,69 @@
+"""Parameter servers (docs/parameter_servers.md): a worker's connection to the job's servers,
+framework-neutral. A frontend hands it float32 buffers by address, as requests.py does for the
+engine; hora.torch's optimizer (hora/torch/ps_optimizer.py) is the one user so far.
+
+The servers are started by `horarun --servers K`, which tells every worker their number
+(HORA_PS_SERVERS); the connection itself goes through the job's store and transports."""
+
+import atexit
+import collections
+import weakref
+
+from hora import _core
+
+# The values of the optimizers' `mode` argument.
+ALLREDUCE, PS_SYNC, PS_ASYNC = "allreduce", "ps-sync", "ps-async"
+MODES = (ALLREDUCE, PS_SYNC, PS_ASYNC)
+
+# After a step: this worker's steps the servers have applied, the fewest any live worker has had
+# applied, and (ps-async) the push's place in the order the first server applied pushes.
+PsStep = collections.namedtuple("PsStep", "step slowest version")
+
+_open_clients = weakref.WeakSet()
+
+
+def check_mode(mode, max_staleness):
+    """ValueError for a mode or staleness bound the optimizers do not take."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {', '.join(repr(m) for m in MODES)}, got {mode!r}")
+    if max_staleness is not None:
+        if mode != PS_ASYNC:
+            raise ValueError(f"max_staleness bounds mode='ps-async' only (mode is {mode!r})")
+        if not isinstance(max_staleness, int) or isinstance(max_staleness, bool) or max_staleness < 0:
+            raise ValueError(f"max_staleness must be None or an int >= 0, got {max_staleness!r}")
+
+
+class ParameterServerClient:
+    """This worker's side: register the tensors (element counts, float32) once, then step()."""
+
+    def __init__(self, elements, mode, average=True, max_staleness=None, lr=0.0, momentum=0.0, initial=()):
+        check_mode(mode, max_staleness)
+        if mode == ALLREDUCE:
+            raise ValueError("mode 'allreduce' uses no parameter servers")
+        self._client = _core.PsClient(list(elements), mode, average=average,
+                                      max_staleness=-1 if max_staleness is None else max_staleness,
+                                      lr=float(lr), momentum=float(momentum), initial=list(initial))
+        _open_clients.add(self)
+
+    @property
+    def servers(self):
+        return self._client.servers
+
+    def step(self, gradients, outputs):
+        """Pushes the buffers at `gradients` and writes the servers' answer at `outputs`."""
+        return PsStep(*self._client.step(list(gradients), list(outputs)))
+
+    def close(self):
+        """Tells the servers this worker is done (they exit once every worker is). Idempotent."""
+        self._client.close()
+        _open_clients.discard(self)
+
+
+@atexit.register
+def _close_open_clients():
+    # A worker that ends without closing would look dead to its servers.
+    for client in list(_open_clients):
+        try:
+            client.close()
+        except Exception:  # noqa: BLE001 - leaving anyway; the servers see a closed connection
+            pass

@@ -1,0 +1,33 @@
+#include "ps/messages.h"
+
+namespace hora::ps {
+
+const char* toString(MessageKind kind) {
+  switch (kind) {
+    case MessageKind::kRegister: return "register";
+    case MessageKind::kPush: return "push";
+    case MessageKind::kReply: return "reply";
+    case MessageKind::kError: return "error";
+    case MessageKind::kBye: return "bye";
+  }
+  return "unknown message";
+}
+
+const char* toString(Mode mode) { return mode == Mode::kSync ? "ps-sync" : mode == Mode::kAsync ? "ps-async" : "?"; }
+
+std::string registrationDifference(const Registration& a, const Registration& b) {
+  const auto differs = [](const char* field, auto x, auto y) {
+    return std::string(field) + " " + std::to_string(y) + " where the first worker gave " + std::to_string(x);
+  };
+  if (a.mode != b.mode) return std::string("mode ") + toString(b.mode) + " where the first worker gave " + toString(a.mode);
+  if (a.workers != b.workers) return differs("number of workers", a.workers, b.workers);
+  if (a.layout_hash != b.layout_hash || a.shard_elements != b.shard_elements)
+    return differs("tensors (shard elements)", a.shard_elements, b.shard_elements) + " or other tensor sizes";
+  if (a.average != b.average) return differs("average", a.average, b.average);
+  if (a.max_staleness != b.max_staleness) return differs("max_staleness", a.max_staleness, b.max_staleness);
+  if (a.lr != b.lr) return differs("lr", a.lr, b.lr);
+  if (a.momentum != b.momentum) return differs("momentum", a.momentum, b.momentum);
+  return "";
+}
+
+}  // namespace hora::ps

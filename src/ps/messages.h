@@ -1,0 +1,60 @@
+// The messages between a worker and a parameter server (docs/parameter_servers.md).
+//
+// A message is a fixed MessageHeader and `bytes` of payload. The channel (channel.h) sends both
+// in one transfer set and the receiver reads the header first, so it knows how much payload to
+// wait for. Payloads are float32 shards, a Registration, or (kError) the text of an error.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace hora::ps {
+
+inline constexpr uint32_t kMessageMagic = 0x31535048;  // "HPS1"
+
+enum class MessageKind : uint8_t {
+  kRegister = 1,  // worker -> server: Registration (+ the initial shard in async mode)
+  kPush = 2,      // worker -> server: the gradient shard of step `step`
+  kReply = 3,     // server -> worker: floats (a sum, a mean, or the parameters)
+  kError = 4,     // server -> worker: why the request failed
+  kBye = 5,       // worker -> server: this worker is done
+};
+
+struct MessageHeader {
+  uint32_t magic = kMessageMagic;
+  MessageKind kind = MessageKind::kReply;
+  uint8_t error_kind = 0;  // kError: a hora::ErrorKind
+  uint16_t reserved = 0;
+  uint32_t worker = 0;
+  uint32_t reserved2 = 0;
+  uint64_t step = 0;     // push: the worker's step (1, 2, ...); reply: the worker's applied steps
+  uint64_t slowest = 0;  // reply: the fewest steps any live worker has had applied
+  uint64_t bytes = 0;    // payload
+  uint64_t version = 0;  // reply: pushes this server has applied in all (async), or rounds (sync)
+};
+static_assert(sizeof(MessageHeader) == 48);
+
+enum class Mode : uint32_t { kSync = 1, kAsync = 2 };
+
+// What a worker tells a server when it connects; every worker of a job must send the same
+// (but its own worker number, which travels in the header).
+struct Registration {
+  Mode mode = Mode::kSync;
+  uint32_t workers = 0;
+  int64_t max_staleness = -1;  // async only; -1: unbounded
+  double lr = 0;               // async only: the server's SGD
+  double momentum = 0;
+  uint32_t average = 0;  // sync: 1 = reply with the mean, 0 = the sum
+  uint32_t reserved = 0;
+  uint64_t shard_elements = 0;
+  uint64_t layout_hash = 0;
+};
+static_assert(sizeof(Registration) == 56);
+
+const char* toString(MessageKind kind);
+const char* toString(Mode mode);
+
+// "" when `b` agrees with `a`, else which field differs and both values.
+std::string registrationDifference(const Registration& a, const Registration& b);
+
+}  // namespace hora::ps

@@ -1,0 +1,71 @@
+// Server: one parameter server process's work: a session thread per worker around one ShardState.
+//
+// Each session connects its worker's Channel (waiting up to start_timeout for the worker to
+// come), then answers its messages one at a time: register, push (the reply may wait for the
+// other workers: ShardState), bye. A session ends at bye, or when the connection breaks (the
+// worker died: ShardState::leave names it to the others). Errors a request causes (a mismatch, a
+// timeout, a dead worker in a sync job) go back to that worker as a kError message and the
+// session goes on, so every worker hears why.
+//
+// Lifetime: the constructor starts the sessions; wait() joins them; stop() (any thread, or the
+// destructor) wakes every session and ends it. Sessions never throw across their thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/socket.h"
+#include "hora/options.h"
+#include "ps/shard_state.h"
+
+namespace hora::ps {
+
+struct ServerOptions {
+  int index = 0;    // this server's number, 0 .. servers-1
+  int workers = 1;
+  std::string hostname;
+  RendezvousOptions rendezvous;  // the job's store
+  CommunicatorOptions options;   // options.timeout bounds every reply's wait
+  std::chrono::milliseconds start_timeout{600000};  // for each worker to connect
+
+  // From HORA_PS_SERVER_INDEX, HORA_SIZE (the workers), HORA_HOSTNAME, the rendezvous variables
+  // and HORA_PS_START_TIMEOUT_SECONDS.
+  static ServerOptions fromEnvironment();
+};
+
+class Server {
+ public:
+  explicit Server(ServerOptions options);
+  ~Server();
+
+  // Until every session has ended. Returns 0 when every worker said goodbye, or (async) when the
+  // others did and some died; 1 otherwise (a worker never came, or died in a sync job).
+  int wait();
+  void stop();
+
+  const ShardState& state() const { return state_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  void session(int worker);
+  // One request of `worker`; false when the session should end.
+  bool serve(class Channel& channel, int worker, uint64_t& step);
+
+  const ServerOptions options_;
+  const std::string name_;
+  ShardState state_;
+  common::Fd wake_;  // eventfd: readable once stop() was called
+  std::atomic<bool> stopping_{false};
+  std::atomic<int> failed_sessions_{0};
+  std::vector<std::thread> sessions_;
+};
+
+// The process `horarun --ps-server` runs: a Server from the environment until its workers leave.
+int runServerFromEnvironment();
+
+}  // namespace hora::ps

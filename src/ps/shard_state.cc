@@ -1,0 +1,157 @@
+#include "ps/shard_state.h"
+
+#include <algorithm>
+
+namespace hora::ps {
+
+ShardState::ShardState(std::string name, int workers)
+    : name_(std::move(name)),
+      workers_(workers),
+      steps_(static_cast<size_t>(workers), 0),
+      left_(static_cast<size_t>(workers), false),
+      died_(static_cast<size_t>(workers), false) {}
+
+bool ShardState::async() const {
+  std::lock_guard lock(mutex_);
+  return config_ && config_->mode == Mode::kAsync;
+}
+
+std::vector<float> ShardState::parameters() const {
+  std::lock_guard lock(mutex_);
+  return params_;
+}
+
+bool ShardState::anyDied() const {
+  std::lock_guard lock(mutex_);
+  return std::find(died_.begin(), died_.end(), true) != died_.end();
+}
+
+void ShardState::checkFailed() const {
+  if (failure_) rethrowAs(*failure_);
+}
+
+std::vector<float> ShardState::registerWorker(int worker, const Registration& r, std::vector<float> initial,
+                                              const common::Deadline& deadline) {
+  std::unique_lock lock(mutex_);
+  if (r.workers != static_cast<uint32_t>(workers_))
+    throw MismatchError(name_ + ": worker " + std::to_string(worker) + " says the job has " +
+                        std::to_string(r.workers) + " workers; this server was started for " +
+                        std::to_string(workers_));
+  if (!config_) {
+    config_ = r;
+    sum_.assign(r.shard_elements, 0.0f);
+  } else if (auto why = registrationDifference(*config_, r); !why.empty()) {
+    throw MismatchError(name_ + ": worker " + std::to_string(worker) + " registered " + why);
+  }
+  if (r.mode == Mode::kSync) return {};
+  if (initial.size() != r.shard_elements)
+    throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " sent " +
+                               std::to_string(initial.size()) + " initial values for a shard of " +
+                               std::to_string(r.shard_elements));
+  if (worker == 0) {
+    params_ = std::move(initial);
+    velocity_.assign(params_.size(), 0.0f);
+    initialized_ = true;
+    changed_.notify_all();
+  }
+  // Every worker starts from worker 0's parameters, so wait for them.
+  if (!changed_.wait_until(lock, deadline.at(), [&] { return initialized_; }))
+    throw TimeoutError(name_ + ": worker " + std::to_string(worker) + " waited " +
+                       std::to_string(deadline.timeout().count()) +
+                       " ms for worker 0 to register its initial parameters");
+  return params_;
+}
+
+ReplyData ShardState::push(int worker, uint64_t step, const float* gradient, const common::Deadline& deadline) {
+  std::unique_lock lock(mutex_);
+  if (!config_) throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed before registering");
+  checkFailed();
+  if (step != steps_[static_cast<size_t>(worker)] + 1)
+    throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
+                        " after step " + std::to_string(steps_[static_cast<size_t>(worker)]));
+  return config_->mode == Mode::kSync ? pushSync(lock, worker, step, gradient, deadline)
+                                      : pushAsync(lock, worker, step, gradient, deadline);
+}
+
+ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
+                               const common::Deadline& deadline) {
+  // A worker's push of step t comes after its reply of step t-1, so the round being summed is t
+  // (Note [sync rounds]).
+  if (step != round_)
+    throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
+                        " while the servers sum step " + std::to_string(round_));
+  for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += g[i];
+  steps_[static_cast<size_t>(worker)] = step;
+  if (++arrived_ == workers_) {
+    result_.swap(sum_);
+    if (config_->average) {
+      const float n = static_cast<float>(workers_);
+      for (float& v : result_) v /= n;  // divide, as the allreduce's Average of float32 does
+    }
+    sum_.assign(result_.size(), 0.0f);
+    arrived_ = 0;
+    ++round_;
+    changed_.notify_all();
+  }
+  if (!changed_.wait_until(lock, deadline.at(), [&] { return round_ > step || failure_; }))
+    throw TimeoutError(name_ + ": step " + std::to_string(step) + " of worker " + std::to_string(worker) +
+                       " waited " + std::to_string(deadline.timeout().count()) + " ms for " + workersBehind(step));
+  if (round_ <= step) checkFailed();
+  return {result_, step, slowestLive(), step};
+}
+
+ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
+                                const common::Deadline& deadline) {
+  const auto lr = static_cast<float>(config_->lr);
+  const auto m = static_cast<float>(config_->momentum);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    velocity_[i] = m * velocity_[i] + g[i];
+    params_[i] -= lr * velocity_[i];
+  }
+  steps_[static_cast<size_t>(worker)] = step;
+  const uint64_t version = ++applied_;
+  changed_.notify_all();
+  const int64_t s = config_->max_staleness;
+  if (s >= 0 && step > static_cast<uint64_t>(s)) {
+    const uint64_t need = step - static_cast<uint64_t>(s);
+    if (!changed_.wait_until(lock, deadline.at(), [&] { return slowestLive() >= need; }))
+      throw TimeoutError(name_ + ": worker " + std::to_string(worker) + " at step " + std::to_string(step) +
+                         " (max_staleness " + std::to_string(s) + ") waited " +
+                         std::to_string(deadline.timeout().count()) + " ms for " + workersBehind(need));
+  }
+  return {params_, step, slowestLive(), version};
+}
+
+void ShardState::leave(int worker, bool died, const std::string& why) {
+  std::lock_guard lock(mutex_);
+  left_[static_cast<size_t>(worker)] = true;
+  died_[static_cast<size_t>(worker)] = died;
+  const bool sync = !config_ || config_->mode == Mode::kSync;
+  if (sync && !failure_ && (died || arrived_ > 0)) {
+    // A sync round needs every worker: the others' pushes cannot be summed any more.
+    failure_ = PeerError(name_ + ": worker " + std::to_string(worker) + (died ? " died" : " left") + " after step " +
+                         std::to_string(steps_[static_cast<size_t>(worker)]) + (why.empty() ? "" : " (" + why + ")") +
+                         "; a ps-sync step needs every worker");
+  }
+  changed_.notify_all();
+}
+
+uint64_t ShardState::slowestLive() const {
+  uint64_t slowest = UINT64_MAX;
+  for (int w = 0; w < workers_; ++w)
+    if (!left_[static_cast<size_t>(w)]) slowest = std::min(slowest, steps_[static_cast<size_t>(w)]);
+  if (slowest != UINT64_MAX) return slowest;
+  return *std::max_element(steps_.begin(), steps_.end());  // nobody left to wait for
+}
+
+std::string ShardState::workersBehind(uint64_t step) const {
+  std::string list;
+  for (int w = 0; w < workers_; ++w) {
+    if (left_[static_cast<size_t>(w)] || steps_[static_cast<size_t>(w)] >= step) continue;
+    list += (list.empty() ? "" : ", ") + std::string("worker ") + std::to_string(w) + " (at step " +
+            std::to_string(steps_[static_cast<size_t>(w)]) + ")";
+  }
+  return list.empty() ? "no live worker" : list;
+}
+
+}  // namespace hora::ps

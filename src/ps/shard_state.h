@@ -1,0 +1,84 @@
+// ShardState: what one parameter server holds for its shard, shared by its session threads (one
+// per worker, server.h).
+//
+// Note [sync rounds]: in sync mode, round t sums the pushes of step t from every worker into
+// `sum_`; the push that completes the round moves the sum (or mean) into `result_` and starts the
+// next round, and every session of round t copies `result_` into its reply. Round t+1 cannot
+// complete before every worker has read round t's result, since each worker's push of step t+1
+// comes after its reply of step t, so one result buffer is enough.
+// Async mode: a push is applied at once (SGD with momentum, as torch.optim.SGD: v = m v + g,
+// p -= lr v); with max_staleness = s the reply then waits until every live worker has had at
+// least (this worker's steps - s) applied (stale synchronous parallel). Workers that left (bye)
+// or died no longer hold anyone back.
+//
+// Thread safety: every method may be called from any session thread; one mutex guards the
+// state and one condition variable signals rounds, applied steps, registrations and failures.
+// Every wait ends at its deadline with TimeoutError naming the workers waited for.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/deadline.h"
+#include "hora/errors.h"
+#include "ps/messages.h"
+
+namespace hora::ps {
+
+struct ReplyData {
+  std::vector<float> values;
+  uint64_t step = 0;
+  uint64_t slowest = 0;
+  uint64_t version = 0;  // async: this push's place in the order the server applied pushes
+};
+
+class ShardState {
+ public:
+  // `name`: how messages name this server ("parameter server 1").
+  ShardState(std::string name, int workers);
+
+  // The first registration fixes the job's options; a later one that differs throws
+  // MismatchError naming the field. Async: `initial` of worker 0 becomes the parameters, and
+  // every registration waits for it; returns the parameters (sync: nothing).
+  std::vector<float> registerWorker(int worker, const Registration& r, std::vector<float> initial,
+                                    const common::Deadline& deadline);
+  // Step `step` (1, 2, ...) of `worker`: its gradient shard in, the reply out.
+  ReplyData push(int worker, uint64_t step, const float* gradient, const common::Deadline& deadline);
+  // The worker said goodbye (died = false) or its connection broke (died = true, `why`).
+  void leave(int worker, bool died, const std::string& why);
+
+  // For tests and the exit status.
+  std::vector<float> parameters() const;
+  bool anyDied() const;
+  bool async() const;
+
+ private:
+  ReplyData pushSync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
+                     const common::Deadline& deadline);
+  ReplyData pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
+                      const common::Deadline& deadline);
+  uint64_t slowestLive() const;             // mutex_ held
+  std::string workersBehind(uint64_t step) const;  // mutex_ held: "worker 2 (step 4)"
+  void checkFailed() const;                 // mutex_ held: rethrows failure_
+
+  const std::string name_;
+  const int workers_;
+  mutable std::mutex mutex_;
+  std::condition_variable changed_;
+  std::optional<Registration> config_;       // guarded by mutex_
+  bool initialized_ = false;                 // async: parameters set from worker 0
+  std::vector<float> params_, velocity_;     // async
+  std::vector<float> sum_, result_;          // sync
+  uint64_t applied_ = 0;                     // async: pushes applied so far
+  uint64_t round_ = 1;                       // sync: the round being summed
+  int arrived_ = 0;                          // sync: pushes of round_ so far
+  std::vector<uint64_t> steps_;              // by worker: pushes applied (async) or summed (sync)
+  std::vector<bool> left_, died_;
+  std::optional<Error> failure_;             // sync: a worker died; every later push fails
+};
+
+}  // namespace hora::ps

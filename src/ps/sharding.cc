@@ -1,0 +1,61 @@
+#include "ps/sharding.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "hora/errors.h"
+
+namespace hora::ps {
+
+size_t ShardPlan::shardElements(size_t server) const {
+  size_t n = 0;
+  for (const Piece& p : servers.at(server)) n += p.count;
+  return n;
+}
+
+ShardPlan planShards(const std::vector<size_t>& tensor_elements, int servers) {
+  if (servers < 1) throw InvalidArgumentError("parameter servers: need at least 1 server, got " + std::to_string(servers));
+  const size_t k = static_cast<size_t>(servers);
+  const size_t total = std::accumulate(tensor_elements.begin(), tensor_elements.end(), size_t{0});
+  ShardPlan plan;
+  plan.servers.resize(k);
+  std::vector<size_t> load(k, 0);
+  // Largest first (stable: equal sizes keep their order), so that the greedy placement balances.
+  std::vector<size_t> order(tensor_elements.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return tensor_elements[a] > tensor_elements[b]; });
+  for (size_t t : order) {
+    const size_t n = tensor_elements[t];
+    if (k > 1 && n * k > total) {
+      // Larger than a server's fair share: every server takes a piece.
+      size_t offset = 0;
+      for (size_t s = 0; s < k; ++s) {
+        const size_t count = n / k + (s < n % k ? 1 : 0);
+        if (count > 0) plan.servers[s].push_back({t, offset, count});
+        load[s] += count;
+        offset += count;
+      }
+      continue;
+    }
+    const size_t s = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
+    plan.servers[s].push_back({t, 0, n});
+    load[s] += n;
+  }
+  return plan;
+}
+
+uint64_t layoutHash(const std::vector<size_t>& tensor_elements) {
+  uint64_t h = 1469598103934665603ull;
+  const auto mix = [&h](uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xff;
+      h *= 1099511628211ull;
+    }
+  };
+  mix(tensor_elements.size());
+  for (size_t n : tensor_elements) mix(n);
+  return h;
+}
+
+}  // namespace hora::ps

@@ -1,0 +1,77 @@
+// hora._core.PsClient: a worker's ParameterServerClient (include/hora/ps.h) for the Python
+// frontends; tensors cross as data pointers of contiguous float32 buffers, as in module.cc.
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hora/errors.h"
+#include "hora/ps.h"
+
+namespace py = pybind11;
+
+namespace {
+
+template <typename T>
+std::vector<T*> pointers(const std::vector<uintptr_t>& addresses) {
+  std::vector<T*> out;
+  out.reserve(addresses.size());
+  for (uintptr_t a : addresses) out.push_back(reinterpret_cast<T*>(a));
+  return out;
+}
+
+hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, double lr, double momentum) {
+  hora::PsOptions o;
+  if (mode == "ps-sync") {
+    o.mode = hora::PsMode::kSync;
+  } else if (mode == "ps-async") {
+    o.mode = hora::PsMode::kAsync;
+  } else {
+    throw hora::InvalidArgumentError("parameter server mode '" + mode + "': expected ps-sync or ps-async");
+  }
+  o.average = average;
+  o.max_staleness = max_staleness;
+  o.lr = lr;
+  o.momentum = momentum;
+  return o;
+}
+
+}  // namespace
+
+void bindParameterServers(py::module_& m) {
+  py::class_<hora::ParameterServerClient>(m, "PsClient")
+      .def(py::init([](const std::vector<size_t>& elements, const std::string& mode, bool average,
+                       int64_t max_staleness, double lr, double momentum, const std::vector<uintptr_t>& initial) {
+             const hora::PsOptions options = psOptions(mode, average, max_staleness, lr, momentum);
+             const hora::PsJob job = hora::PsJob::fromEnvironment();
+             py::gil_scoped_release release;  // connecting waits for the servers
+             return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<float>(initial));
+           }),
+           py::arg("elements"), py::arg("mode"), py::arg("average") = true, py::arg("max_staleness") = -1,
+           py::arg("lr") = 0.0, py::arg("momentum") = 0.0, py::arg("initial") = std::vector<uintptr_t>{},
+           "Connects this worker to every parameter server of the job (HORA_PS_SERVERS) and registers "
+           "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters.")
+      .def(
+          "step",
+          [](hora::ParameterServerClient& c, const std::vector<uintptr_t>& gradients,
+             const std::vector<uintptr_t>& outputs) {
+            const auto in = pointers<const float>(gradients);
+            const auto out = pointers<float>(outputs);
+            hora::PsStep s;
+            {
+              py::gil_scoped_release release;  // the tuple below needs the GIL back
+              s = c.step(in, out);
+            }
+            return py::make_tuple(s.step, s.slowest, s.version);
+          },
+          py::arg("gradients"), py::arg("outputs"),
+          "Pushes the gradients, writes the answer into `outputs`; returns (this worker's step, the slowest "
+          "live worker's step, the push's place in the first server's order).")
+      .def("close", [](hora::ParameterServerClient& c) {
+        py::gil_scoped_release release;
+        c.close();
+      })
+      .def_property_readonly("servers", &hora::ParameterServerClient::servers);
+}

@@ -1,0 +1,409 @@
+// Parameter servers (src/ps, docs/parameter_servers.md): the sharding plan, a server's shard
+// state driven by threads, and whole jobs of worker and server processes, including a server and
+// a worker killed in the middle of training.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <numeric>
+#include <thread>
+#include <vector>
+
+#include "harness.h"
+#include "hora/errors.h"
+#include "hora/ps.h"
+#include "ps/server.h"
+#include "ps/shard_state.h"
+#include "ps/sharding.h"
+#include "rendezvous/tcp_store.h"
+
+namespace hora::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+// ---- sharding ----
+
+// Every element of every tensor is held by exactly one server.
+void expectCoversOnce(const ps::ShardPlan& plan, const std::vector<size_t>& sizes) {
+  std::vector<std::vector<int>> held(sizes.size());
+  for (size_t t = 0; t < sizes.size(); ++t) held[t].assign(sizes[t], 0);
+  for (const auto& pieces : plan.servers)
+    for (const ps::Piece& p : pieces)
+      for (size_t i = 0; i < p.count; ++i) ++held[p.tensor][p.offset + i];
+  for (size_t t = 0; t < sizes.size(); ++t)
+    for (size_t i = 0; i < sizes[t]; ++i) ASSERT_EQ(held[t][i], 1) << "tensor " << t << " element " << i;
+}
+
+TEST(PsSharding, LargeTensorsAreSplitAcrossEveryServer) {
+  const std::vector<size_t> sizes = {7, 1001, 3, 0, 50};
+  const auto plan = ps::planShards(sizes, 3);
+  expectCoversOnce(plan, sizes);
+  for (size_t s = 0; s < 3; ++s) {
+    ASSERT_FALSE(plan.servers[s].empty());
+    EXPECT_EQ(plan.servers[s].front().tensor, 1u) << "the large tensor comes first on server " << s;
+    EXPECT_NEAR(static_cast<double>(plan.servers[s].front().count), 1001.0 / 3, 1.0);
+  }
+}
+
+TEST(PsSharding, SmallTensorsAreBalanced) {
+  const std::vector<size_t> sizes = {10, 5, 10, 10, 5, 10};
+  const auto plan = ps::planShards(sizes, 2);
+  expectCoversOnce(plan, sizes);
+  EXPECT_EQ(plan.shardElements(0), 25u);
+  EXPECT_EQ(plan.shardElements(1), 25u);
+  for (const auto& pieces : plan.servers)
+    for (const ps::Piece& p : pieces) EXPECT_EQ(p.count, sizes[p.tensor]) << "small tensors stay whole";
+}
+
+TEST(PsSharding, OneServerHoldsEverythingWholeAndLayoutsDiffer) {
+  const auto plan = ps::planShards({5, 100, 2}, 1);
+  EXPECT_EQ(plan.shardElements(0), 107u);
+  EXPECT_EQ(plan.servers[0].size(), 3u);
+  EXPECT_THROW(ps::planShards({1}, 0), InvalidArgumentError);
+  EXPECT_NE(ps::layoutHash({5, 100}), ps::layoutHash({100, 5}));
+  EXPECT_EQ(ps::layoutHash({5, 100}), ps::layoutHash({5, 100}));
+}
+
+// ---- a server's state, workers as threads ----
+
+ps::Registration registration(ps::Mode mode, uint32_t workers, size_t elements, int64_t staleness = -1) {
+  ps::Registration r;
+  r.mode = mode;
+  r.workers = workers;
+  r.max_staleness = staleness;
+  r.lr = 0.5;
+  r.momentum = 0.9;
+  r.average = 1;
+  r.shard_elements = elements;
+  r.layout_hash = 42;
+  return r;
+}
+
+TEST(PsShardState, SyncRoundsAverageEveryWorker) {
+  constexpr int kWorkers = 3, kSteps = 4;
+  constexpr size_t kN = 5;
+  ps::ShardState state("parameter server 0", kWorkers);
+  std::vector<std::thread> threads;
+  std::vector<std::string> errors(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        const auto d = common::Deadline::after(10s);
+        state.registerWorker(w, registration(ps::Mode::kSync, kWorkers, kN), {}, d);
+        for (int s = 1; s <= kSteps; ++s) {
+          std::vector<float> g(kN);
+          for (size_t i = 0; i < kN; ++i) g[i] = static_cast<float>((w + 1) * 10 + s * 100 + static_cast<int>(i));
+          const auto reply = state.push(w, static_cast<uint64_t>(s), g.data(), d);
+          for (size_t i = 0; i < kN; ++i) {
+            // mean over w of (w+1)*10 + 100 s + i = 20 + 100 s + i
+            const float expected = static_cast<float>(20 + 100 * s + static_cast<int>(i));
+            if (reply.values[i] != expected) throw std::runtime_error("wrong mean at step " + std::to_string(s));
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(w)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(errors[static_cast<size_t>(w)], "") << "worker " << w;
+}
+
+TEST(PsShardState, AsyncAppliesSgdWithMomentumInArrivalOrder) {
+  constexpr int kWorkers = 2, kSteps = 20;
+  const std::vector<float> initial = {1.0f, -2.0f, 0.5f};
+  ps::ShardState state("parameter server 0", kWorkers);
+  struct Applied {
+    uint64_t version;
+    int worker;
+    int step;
+    std::vector<float> after;
+  };
+  std::mutex mutex;
+  std::vector<Applied> log;
+  const auto gradient = [](int w, int s) {
+    return std::vector<float>{0.25f * static_cast<float>(w + 1), -0.125f * static_cast<float>(s), 1.0f / static_cast<float>(s + w)};
+  };
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      const auto d = common::Deadline::after(10s);
+      state.registerWorker(w, registration(ps::Mode::kAsync, kWorkers, 3), initial, d);
+      for (int s = 1; s <= kSteps; ++s) {
+        const auto g = gradient(w, s);
+        const auto reply = state.push(w, static_cast<uint64_t>(s), g.data(), d);
+        std::lock_guard lock(mutex);
+        log.push_back({reply.version, w, s, reply.values});
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  ASSERT_EQ(log.size(), static_cast<size_t>(kWorkers * kSteps));
+  std::sort(log.begin(), log.end(), [](const Applied& a, const Applied& b) { return a.version < b.version; });
+  // Replay in double, in the server's order: v = m v + g, p -= lr v.
+  std::vector<double> p(initial.begin(), initial.end()), v(3, 0.0);
+  for (size_t k = 0; k < log.size(); ++k) {
+    ASSERT_EQ(log[k].version, k + 1);
+    const auto g = gradient(log[k].worker, log[k].step);
+    for (size_t i = 0; i < 3; ++i) {
+      v[i] = 0.9 * v[i] + g[i];
+      p[i] -= 0.5 * v[i];
+      EXPECT_NEAR(log[k].after[i], p[i], 1e-4 * (1 + std::abs(p[i]))) << "push " << k + 1 << " element " << i;
+    }
+  }
+  const auto final_params = state.parameters();
+  for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(final_params[i], p[i], 1e-4 * (1 + std::abs(p[i])));
+}
+
+TEST(PsShardState, BoundedStalenessHoldsTheFastWorker) {
+  constexpr int kStaleness = 2, kSteps = 12;
+  ps::ShardState state("parameter server 0", 2);
+  std::atomic<int> slow_pushed{0};
+  int max_lead = 0;
+  std::string error;
+  std::thread slow([&] {
+    const auto d = common::Deadline::after(20s);
+    state.registerWorker(1, registration(ps::Mode::kAsync, 2, 1, kStaleness), {0.0f}, d);
+    for (int s = 1; s <= kSteps; ++s) {
+      std::this_thread::sleep_for(10ms);  // the slow worker's compute
+      const float g = 1.0f;
+      ++slow_pushed;
+      state.push(1, static_cast<uint64_t>(s), &g, d);
+    }
+  });
+  {
+    const auto d = common::Deadline::after(20s);
+    state.registerWorker(0, registration(ps::Mode::kAsync, 2, 1, kStaleness), {0.0f}, d);
+    for (int s = 1; s <= kSteps; ++s) {
+      const float g = 1.0f;
+      const auto reply = state.push(0, static_cast<uint64_t>(s), &g, d);
+      // The slow worker's own count (taken before its push) bounds the server's view of it.
+      const int lead = s - slow_pushed.load();
+      max_lead = std::max(max_lead, lead);
+      if (lead > kStaleness) error = "step " + std::to_string(s) + " is " + std::to_string(lead) + " ahead";
+      EXPECT_LE(reply.step - reply.slowest, static_cast<uint64_t>(kStaleness));
+    }
+  }
+  slow.join();
+  EXPECT_EQ(error, "");
+  EXPECT_EQ(max_lead, kStaleness) << "the fast worker runs ahead as far as allowed";
+}
+
+TEST(PsShardState, SyncFailsEveryWaitingWorkerWhenOneDies) {
+  ps::ShardState state("parameter server 3", 2);
+  const auto d = common::Deadline::after(10s);
+  state.registerWorker(0, registration(ps::Mode::kSync, 2, 1), {}, d);
+  state.registerWorker(1, registration(ps::Mode::kSync, 2, 1), {}, d);
+  std::thread killer([&] {
+    std::this_thread::sleep_for(50ms);
+    state.leave(1, true, "connection closed");
+  });
+  const float g = 1;
+  try {
+    state.push(0, 1, &g, d);
+    ADD_FAILURE() << "push returned although worker 1 died";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter server 3: worker 1 died"), std::string::npos) << e.what();
+  }
+  killer.join();
+}
+
+TEST(PsShardState, RegistrationsMustAgree) {
+  ps::ShardState state("parameter server 0", 2);
+  const auto d = common::Deadline::after(10s);
+  state.registerWorker(0, registration(ps::Mode::kSync, 2, 4), {}, d);
+  auto other = registration(ps::Mode::kSync, 2, 5);
+  other.layout_hash = 7;
+  EXPECT_THROW(state.registerWorker(1, other, {}, d), MismatchError);
+  EXPECT_THROW(state.registerWorker(1, registration(ps::Mode::kSync, 3, 4), {}, d), MismatchError);
+}
+
+// ---- jobs of processes: ranks 0..N-1 are workers, N..N+K-1 servers ----
+
+int envInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atoi(v) : fallback;
+}
+
+PsJob workerJob(int rank, int workers, int servers) {
+  PsJob job;
+  job.worker = rank;
+  job.workers = workers;
+  job.servers = servers;
+  const char* host = std::getenv("HORA_HOSTNAME");
+  job.hostname = host ? host : "localhost";
+  job.rendezvous.address = "127.0.0.1";
+  job.rendezvous.port = std::atoi(std::getenv("HORA_RENDEZVOUS_PORT"));
+  job.rendezvous.secret = std::getenv("HORA_SECRET");
+  job.options = CommunicatorOptions::fromEnvironment();
+  job.options.timeout = 10s;
+  return job;
+}
+
+// The server side of a process job; exits with the server's status.
+int runServerRole(int index, int workers) {
+  ps::ServerOptions o;
+  o.index = index;
+  o.workers = workers;
+  const PsJob job = workerJob(0, workers, 1);
+  o.hostname = job.hostname;
+  o.rendezvous = job.rendezvous;
+  o.options = job.options;
+  o.start_timeout = 20s;
+  // Published as horarun's servers do (runServerFromEnvironment), for the workers' messages.
+  rendezvous::TcpStore store(o.rendezvous.address, o.rendezvous.port, o.rendezvous.secret, common::Deadline::after(5s));
+  store.set("ps/server/" + std::to_string(index), "host " + o.hostname + ", pid " + std::to_string(::getpid()),
+            common::Deadline::after(5s));
+  ps::Server server(o);
+  const int status = server.wait();
+  std::printf("server %d exits with %d\n", index, status);
+  return status;
+}
+
+// Tensors whose largest is split across 2 servers; the gradient of worker w at step s is a
+// closed form, so the mean is known exactly.
+const std::vector<size_t> kSizes = {300, 7, 1, 33};
+float gradientAt(int w, int s, size_t t, size_t i) {
+  return static_cast<float>((w + 1) * 0.5 * static_cast<double>(i + 1) + static_cast<double>(t) + s);
+}
+
+HORA_WORKER_SCENARIO(ps_sync_job) {
+  const int rank = envInt("HORA_RANK", 0), workers = envInt("PS_WORKERS", 2), servers = envInt("PS_SERVERS", 1);
+  if (rank >= workers) return runServerRole(rank - workers, workers);
+  try {
+    ParameterServerClient client(workerJob(rank, workers, servers), kSizes, PsOptions{});
+    for (int s = 1; s <= 3; ++s) {
+      std::vector<std::vector<float>> grads(kSizes.size());
+      std::vector<const float*> in;
+      std::vector<float*> out;
+      for (size_t t = 0; t < kSizes.size(); ++t) {
+        for (size_t i = 0; i < kSizes[t]; ++i) grads[t].push_back(gradientAt(rank, s, t, i));
+        in.push_back(grads[t].data());
+        out.push_back(grads[t].data());  // reduced in place, as hora.torch does
+      }
+      client.step(in, out);
+      for (size_t t = 0; t < kSizes.size(); ++t) {
+        for (size_t i = 0; i < kSizes[t]; ++i) {
+          double sum = 0;  // reference: the mean in double over every worker's closed form
+          for (int w = 0; w < workers; ++w) sum += gradientAt(w, s, t, i);
+          const double mean = sum / workers;
+          if (std::abs(grads[t][i] - mean) > 1e-5 * std::abs(mean)) {
+            std::printf("MISMATCH step %d tensor %zu element %zu: %g vs %g\n", s, t, i, grads[t][i], mean);
+            return 1;
+          }
+        }
+      }
+    }
+    std::printf("worker %d ok\n", rank);
+    return 0;
+  } catch (const Error& e) {
+    std::printf("ERROR: %s\n", e.what());
+    return 10 + static_cast<int>(e.kind());
+  }
+}
+
+struct SyncCase {
+  int workers, servers;
+  std::string transport;
+};
+
+class PsSyncJob : public ::testing::TestWithParam<SyncCase> {};
+
+TEST_P(PsSyncJob, EveryWorkerGetsTheMean) {
+  const SyncCase c = GetParam();
+  ProcessJob job(c.workers + c.servers, "ps_sync_job",
+                 {{"PS_WORKERS", std::to_string(c.workers)}, {"PS_SERVERS", std::to_string(c.servers)},
+                  {"HORA_TRANSPORT", c.transport}});
+  const auto outcomes = job.wait(60s);
+  for (size_t r = 0; r < outcomes.size(); ++r)
+    EXPECT_EQ(outcomes[r].exit_code, 0) << "process " << r << ":\n" << outcomes[r].output;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, PsSyncJob,
+                         ::testing::Values(SyncCase{2, 1, "auto"}, SyncCase{2, 2, "auto"}, SyncCase{3, 1, "auto"},
+                                           SyncCase{3, 2, "auto"}, SyncCase{3, 2, "tcp"}),
+                         [](const ::testing::TestParamInfo<SyncCase>& shape) {
+                           return std::to_string(shape.param.workers) + "workers" +
+                                  std::to_string(shape.param.servers) + "servers_" + shape.param.transport;
+                         });
+
+// Workers step until killed or told to stop; they print each step so the test knows when to kill.
+HORA_WORKER_SCENARIO(ps_stepping_job) {
+  const int rank = envInt("HORA_RANK", 0), workers = envInt("PS_WORKERS", 2), servers = envInt("PS_SERVERS", 1);
+  if (rank >= workers) return runServerRole(rank - workers, workers);
+  const bool async = std::getenv("PS_ASYNC") != nullptr;
+  const int steps = envInt("PS_STEPS", 100000);
+  const int sleep_ms = envInt(("PS_SLEEP_MS_" + std::to_string(rank)).c_str(), 5);
+  try {
+    PsOptions options;
+    options.mode = async ? PsMode::kAsync : PsMode::kSync;
+    options.lr = 0.01;
+    options.max_staleness = envInt("PS_STALENESS", -1);
+    std::vector<std::vector<float>> params = {std::vector<float>(300, 1.0f), std::vector<float>(3, 1.0f)};
+    std::vector<float*> p = {params[0].data(), params[1].data()};
+    ParameterServerClient client(workerJob(rank, workers, servers), {300, 3}, options, p);
+    std::vector<std::vector<float>> grads = {std::vector<float>(300, 0.5f), std::vector<float>(3, 0.5f)};
+    const std::vector<const float*> g = {grads[0].data(), grads[1].data()};
+    for (int s = 1; s <= steps; ++s) {
+      client.step(g, async ? p : std::vector<float*>{grads[0].data(), grads[1].data()});
+      std::printf("step %d\n", s);
+      std::fflush(stdout);
+      std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
+    }
+    std::printf("worker %d done\n", rank);
+    return 0;
+  } catch (const Error& e) {
+    std::printf("ERROR: %s\n", e.what());
+    std::fflush(stdout);
+    return 10 + static_cast<int>(e.kind());
+  }
+}
+
+// A server killed in the middle of a sync job: every worker fails within seconds, naming it.
+TEST(PsFaults, KilledServerIsNamedByEveryWorker) {
+  for (const std::string transport : {"auto", "tcp"}) {
+    ProcessJob job(4, "ps_stepping_job", {{"PS_WORKERS", "2"}, {"PS_SERVERS", "2"}, {"HORA_TRANSPORT", transport}});
+    ASSERT_TRUE(job.waitForOutput(0, "step 3", 30s));
+    ASSERT_TRUE(job.waitForOutput(1, "step 3", 30s));
+    const auto killed_at = std::chrono::steady_clock::now();
+    ::kill(job.pid(3), SIGKILL);  // parameter server 1
+    const auto outcomes = job.wait(30s);
+    for (int w = 0; w < 2; ++w) {
+      const auto& o = outcomes[static_cast<size_t>(w)];
+      EXPECT_EQ(o.exit_code, 10 + static_cast<int>(ErrorKind::kPeer)) << transport << " worker " << w << ":\n" << o.output;
+      EXPECT_NE(o.output.find("parameter server 1 (host"), std::string::npos) << o.output;
+      EXPECT_LT(o.ended - killed_at, 5s) << transport << " worker " << w << " took too long to notice";
+    }
+  }
+}
+
+// A worker killed in an async job with a staleness bound: the others are held by it only until
+// the servers see it die, then finish; the servers exit cleanly.
+TEST(PsFaults, KilledAsyncWorkerDoesNotStopTheOthers) {
+  ProcessJob job(5, "ps_stepping_job",
+                 {{"PS_WORKERS", "3"}, {"PS_SERVERS", "2"}, {"PS_ASYNC", "1"}, {"PS_STALENESS", "2"},
+                  {"PS_STEPS", "40"}, {"PS_SLEEP_MS_2", "100000"}});
+  ASSERT_TRUE(job.waitForOutput(2, "step 1", 30s));
+  // Workers 0 and 1 cannot pass step 3 while worker 2 lives at step 1 (max_staleness 2).
+  ASSERT_TRUE(job.waitForOutput(0, "step 3", 30s));
+  ::kill(job.pid(2), SIGKILL);
+  const auto outcomes = job.wait(60s);
+  for (int r : {0, 1}) {
+    EXPECT_EQ(outcomes[static_cast<size_t>(r)].exit_code, 0) << "worker " << r << ":\n" << outcomes[static_cast<size_t>(r)].output;
+    EXPECT_NE(outcomes[static_cast<size_t>(r)].output.find("done"), std::string::npos);
+  }
+  for (int r : {3, 4}) {
+    EXPECT_EQ(outcomes[static_cast<size_t>(r)].exit_code, 0) << "server " << r - 3 << ":\n" << outcomes[static_cast<size_t>(r)].output;
+    EXPECT_NE(outcomes[static_cast<size_t>(r)].output.find("worker 2 is gone"), std::string::npos);
+  }
+}
+
+}  // namespace
+}  // namespace hora::testing

@@ -1,0 +1,257 @@
+"""Parameter servers (docs/parameter_servers.md) under horarun --servers: ps-sync gives every
+worker the allreduce's result (checked against numpy), ps-async applies each push on the server
+in an order an independent replay reproduces, bounded staleness holds a fast worker back, and a
+killed server is named by every worker within seconds."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.executable), "horarun")
+
+
+# A generous start: importing torch takes seconds, and much longer on a loaded machine.
+START = ["--start-timeout", "300"]
+
+
+def horarun(np_, servers, script, out_dir, *args, timeout=400):
+    return subprocess.run([HORARUN, "-np", str(np_), "--servers", str(servers), *START, sys.executable, str(script),
+                           str(out_dir), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+# ---- ps-sync against numpy and against allreduce ----
+
+SYNC = textwrap.dedent("""
+    import json, sys, numpy as np, torch
+    import hora.torch as hvd
+    out, steps = sys.argv[1], int(sys.argv[2])
+    hvd.init()
+    r = hvd.rank()
+
+    def model():
+        m = torch.nn.Linear(40, 30)  # weight 1200 elements: split across 2 servers; bias 30
+        init = np.random.default_rng(0)
+        with torch.no_grad():
+            m.weight.copy_(torch.from_numpy(init.standard_normal((30, 40)).astype(np.float32)))
+            m.bias.copy_(torch.from_numpy(init.standard_normal(30).astype(np.float32)))
+        return m
+
+    data = np.random.default_rng(100 + r)
+    x = torch.from_numpy(data.standard_normal((8, 40)).astype(np.float32))
+    y = torch.from_numpy(data.standard_normal((8, 30)).astype(np.float32))
+    result = {}
+    for mode in ("ps-sync", "allreduce"):
+        m = model()
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+                                       named_parameters=m.named_parameters(), mode=mode)
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+        result[mode] = {"weight": m.weight.detach().numpy().tolist(), "bias": m.bias.detach().numpy().tolist()}
+    json.dump(result, open(f"{out}/rank{r}.json", "w"))
+""")
+
+
+def numpy_sync_reference(workers, steps, lr=0.1, momentum=0.9):
+    """SGD with momentum on the mean over the workers of a linear layer's MSE gradients."""
+    init = np.random.default_rng(0)
+    w = init.standard_normal((30, 40)).astype(np.float32).astype(np.float64)
+    b = init.standard_normal(30).astype(np.float32).astype(np.float64)
+    data = []
+    for r in range(workers):
+        rng = np.random.default_rng(100 + r)
+        data.append((rng.standard_normal((8, 40)).astype(np.float32).astype(np.float64),
+                     rng.standard_normal((8, 30)).astype(np.float32).astype(np.float64)))
+    vw, vb = np.zeros_like(w), np.zeros_like(b)
+    for _ in range(steps):
+        gw, gb = np.zeros_like(w), np.zeros_like(b)
+        for x, y in data:
+            d = 2 * (x @ w.T + b - y) / y.size
+            gw += d.T @ x / workers
+            gb += d.sum(0) / workers
+        vw, vb = momentum * vw + gw, momentum * vb + gb
+        w, b = w - lr * vw, b - lr * vb
+    return w, b
+
+
+@pytest.mark.parametrize("workers,servers", [(2, 1), (3, 2)])
+def test_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers):
+    script = tmp_path / "sync.py"
+    script.write_text(SYNC)
+    out = horarun(workers, servers, script, tmp_path, 3)
+    assert out.returncode == 0, out.stdout + out.stderr
+    w, b = numpy_sync_reference(workers, 3)
+    for r in range(workers):
+        got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        for mode in ("ps-sync", "allreduce"):
+            np.testing.assert_allclose(got[mode]["weight"], w, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
+            np.testing.assert_allclose(got[mode]["bias"], b, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
+
+
+# ---- ps-async: a replay of the server's order ----
+
+ASYNC = textwrap.dedent("""
+    import json, os, sys, time, torch
+    import hora.torch as hvd
+    out, steps, mode_arg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    staleness = None if mode_arg == "none" else int(mode_arg)
+    hvd.init()
+    r = hvd.rank()
+    p = torch.nn.Parameter(torch.full((50,), float(r + 1)))  # the servers start from worker 0's
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.05, momentum=0.5), named_parameters=[("p", p)],
+                                   mode="ps-async", max_staleness=staleness)
+    start = p.detach().clone().tolist()
+    log = []
+    for s in range(1, steps + 1):
+        if r == 1:
+            time.sleep(0.05)  # the slow worker
+            open(f"{out}/slow_begun.tmp", "w").write(str(s))
+            os.replace(f"{out}/slow_begun.tmp", f"{out}/slow_begun")  # never seen half written
+        p.grad = torch.arange(1, 51, dtype=torch.float32) * 0.01 * (r + 1) + 0.001 * s
+        opt.step()
+        st = opt.parameter_server_step
+        begun = None
+        if r == 0 and staleness is not None:
+            try:
+                begun = int(open(f"{out}/slow_begun").read())
+            except FileNotFoundError:  # not written yet: nothing begun
+                begun = 0
+        log.append({"step": st.step, "slowest": st.slowest, "version": st.version, "slow_begun": begun,
+                    "params": p.detach().tolist()})
+    json.dump({"start": start, "log": log}, open(f"{out}/rank{r}.json", "w"))
+""")
+
+
+def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path):
+    script = tmp_path / "async.py"
+    script.write_text(ASYNC)
+    steps = 10
+    out = horarun(2, 1, script, tmp_path, steps, "none")
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for run in runs:
+        assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
+    pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
+    assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
+    p, v = np.ones(50), np.zeros(50)  # worker 0's parameters start the servers
+    states = [p]
+    for version, r, s, params in pushes:
+        g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
+        v = 0.5 * v + g
+        p = p - 0.05 * v
+        states.append(p)
+        np.testing.assert_allclose(params, p, rtol=1e-5, atol=1e-5, err_msg=f"push {version} (worker {r} step {s})")
+    # A worker starts from the servers' parameters when it registers: worker 0's, or (a worker
+    # that registers later) those after the pushes applied so far.
+    for r, run in enumerate(runs):
+        assert any(np.allclose(run["start"], state, rtol=1e-5, atol=1e-5) for state in states), f"worker {r}"
+
+
+def test_bounded_staleness_holds_the_fast_worker(tmp_path):
+    script = tmp_path / "async.py"
+    script.write_text(ASYNC)
+    staleness, steps = 1, 8
+    out = horarun(2, 2, script, tmp_path, steps, staleness)
+    assert out.returncode == 0, out.stdout + out.stderr
+    fast = json.loads((tmp_path / "rank0.json").read_text())["log"]
+    assert [e["step"] for e in fast] == list(range(1, steps + 1))
+    for e in fast:
+        assert e["step"] - e["slowest"] <= staleness, e
+        # The slow worker's own count of pushes begun bounds what the servers saw of it.
+        assert e["step"] - e["slow_begun"] <= staleness, e
+    assert max(e["step"] - e["slow_begun"] for e in fast) == staleness, "ran ahead as far as allowed"
+
+
+# ---- a killed server ----
+
+STEPPING = textwrap.dedent("""
+    import signal, sys, time, torch
+    import hora.torch as hvd
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # stay long enough to report what we saw
+    out = sys.argv[1]
+    hvd.init()
+    r = hvd.rank()
+    p = torch.nn.Parameter(torch.ones(1000))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.01), named_parameters=[("p", p)], mode="ps-sync")
+    try:
+        for s in range(1000000):
+            p.grad = torch.ones(1000)
+            opt.step()
+            if s == 3:
+                print("step 3", flush=True)
+            time.sleep(0.01)
+    except hvd.HoraInternalError as e:
+        print(f"rank {r} caught {type(e).__name__} at {time.time():.3f}: {e}", flush=True)
+        sys.exit(0)
+""")
+
+
+def server_pid(horarun_pid, index):
+    """The pid of parameter server `index` among horarun's children."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            if parent != horarun_pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"HORA_PS_SERVER_INDEX={index}".encode() in env:
+            return int(entry)
+    return None
+
+
+def test_a_killed_server_is_named_by_every_worker(tmp_path):
+    script = tmp_path / "stepping.py"
+    script.write_text(STEPPING)
+    job = subprocess.Popen([HORARUN, "-np", "2", "--servers", "2", "--grace-seconds", "20", *START, sys.executable,
+                            str(script), str(tmp_path)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = 0
+        for line in job.stdout:
+            seen += "step 3" in line
+            if seen == 2:
+                break
+        pid = server_pid(job.pid, 1)
+        assert pid, "parameter server 1 is not a child of horarun"
+        killed_at = time.time()
+        os.kill(pid, signal.SIGKILL)
+        stdout, stderr = job.communicate(timeout=120)
+    finally:
+        job.kill()
+    assert job.returncode == 128 + signal.SIGKILL, stdout + stderr
+    assert "parameter server 1 on host" in stderr and "killed by signal 9" in stderr, stderr
+    for r in (0, 1):
+        lines = [l for l in stdout.splitlines() if f"rank {r} caught" in l]
+        assert lines, stdout + stderr
+        assert "PeerError" in lines[0] and "parameter server 1 (host" in lines[0], lines[0]
+        caught_at = float(lines[0].split(" at ")[1].split(":")[0])
+        assert caught_at - killed_at < 5, f"rank {r} noticed after {caught_at - killed_at:.1f} s"
+
+
+# ---- arguments, without a job ----
+
+def test_mode_arguments_are_checked():
+    torch = pytest.importorskip("torch")
+    import hora.torch as hvd
+    p = torch.nn.Parameter(torch.ones(3))
+    with pytest.raises(ValueError, match="mode must be one of"):
+        hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps")
+    with pytest.raises(ValueError, match="max_staleness bounds mode='ps-async' only"):
+        hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps-sync", max_staleness=2)
+    with pytest.raises(ValueError, match="runs SGD on the servers"):
+        hvd.DistributedOptimizer(torch.optim.Adam([p]), mode="ps-async")
+    with pytest.raises(ValueError, match="has no nesterov"):
+        hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1, momentum=0.9, nesterov=True), mode="ps-async")
