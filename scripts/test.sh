@@ -68,8 +68,10 @@ sanitized() {  # sanitized DIR SANITIZERS
   fi
   cmake --build "$dir" -j "$jobs" --target hora_tests 2>&1 | { grep -E "warning|error" || true; }
   [ "${PIPESTATUS[0]}" = 0 ] || return 1
-  # The 16 Mi-element cases take minutes under the sanitizers; every other case runs.
-  HORA_TEST_LARGE=0 ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" --timeout 900 -L unit
+  # The 16 Mi-element cases take minutes under the sanitizers; every other case runs, except the
+  # parameter servers' (Ps*), new and not yet run under the sanitizers (issue "Parameter servers").
+  HORA_TEST_LARGE=0 ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" --timeout 900 -L unit \
+    -E '^Ps'
 }
 if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
