@@ -21,7 +21,9 @@ tutorial's WideResNet (examples/keras/fashion_mnist.py's architecture, --depth/-
 batch 32 as in the tutorial).
 
 usage: .venv/bin/python benchmarks/tensorflow/keras_bench.py [--np 2 4] [--models cnn wrn]
-           [--repeat 3] [--python .venv/bin/python] [--json FILE]      (prints markdown)
+           [--configs hora mwms bound] [--repeat 3] [--python .venv/bin/python] [--json FILE]
+           (prints markdown; --hosts NS:ADDR NS:ADDR --ssh-key KEY puts one rank on each of
+           those network namespaces: benchmarks/multihost/keras_tbf.sh sets them up)
 """
 
 import argparse
