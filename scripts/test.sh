@@ -60,7 +60,7 @@ for venv in .venv .venv-tf2; do
     -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 $venv/bin/python -m pytest -q -p no:cacheprovider tests/python/keras
 done
 
-sanitized() {  # sanitized DIR SANITIZERS
+sanitized() {  # sanitized DIR SANITIZERS [EXCLUDED]
   local dir=$1 san=$2
   if [ ! -f "$dir/CMakeCache.txt" ]; then
     cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHORA_SANITIZE="$san" \
@@ -68,16 +68,18 @@ sanitized() {  # sanitized DIR SANITIZERS
   fi
   cmake --build "$dir" -j "$jobs" --target hora_tests 2>&1 | { grep -E "warning|error" || true; }
   [ "${PIPESTATUS[0]}" = 0 ] || return 1
-  # The 16 Mi-element cases take minutes under the sanitizers; every other case runs, except the
-  # parameter servers' (Ps*), new and not yet run under the sanitizers (issue "Parameter servers").
+  # The 16 Mi-element cases take minutes under the sanitizers; every other case runs, but those
+  # that match $3 (a ctest regex).
   HORA_TEST_LARGE=0 ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" --timeout 900 -L unit \
-    -E '^Ps'
+    ${3:+-E "$3"}
 }
 if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   run "address+undefined sanitizer tests" sanitized build/asan address,undefined
-  run "thread sanitizer tests" sanitized build/tsan thread
+  # The parameter servers' cases (Ps*) have not been run under ThreadSanitizer yet (issue
+  # "Parameter servers"); under AddressSanitizer+UBSan they pass.
+  run "thread sanitizer tests" sanitized build/tsan thread '(^|/)Ps[A-Z]'
   run "store request fuzzer (60 s)" tests/fuzz/run_fuzzer.sh build/fuzz 60
 fi
 

@@ -11,7 +11,7 @@ workers, whose executors are started before the first timed run (a warm session,
 notebook); its first run is reported apart. Ray: a head with 2 CPUs; "ray" is start() + run()
 on fresh actors, "ray warm" a second run() on the same actors.
 
-usage: PYSPARK_PYTHON=.venv/bin/python .venv/bin/python benchmarks/training/runners_bench.py [--repeat 5]
+usage: PYSPARK_PYTHON=$PWD/.venv/bin/python .venv/bin/python benchmarks/training/runners_bench.py [--repeat 5]
 """
 
 import argparse

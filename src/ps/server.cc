@@ -142,7 +142,8 @@ bool Server::serve(Channel& channel, int worker, uint64_t& step) {
       Registration r;
       std::memcpy(&r, payload.data(), sizeof(r));
       std::vector<float> initial((h.bytes - sizeof(Registration)) / sizeof(float));
-      std::memcpy(initial.data(), payload.data() + sizeof(r), initial.size() * sizeof(float));
+      if (!initial.empty())  // (a worker that sends no parameters: no memcpy from a null data())
+        std::memcpy(initial.data(), payload.data() + sizeof(r), initial.size() * sizeof(float));
       try {
         sendReply(channel, worker, {state_.registerWorker(worker, r, std::move(initial), deadline), 0, 0, 0}, deadline);
       } catch (const Error& e) {
