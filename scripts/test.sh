@@ -77,9 +77,7 @@ if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
   run "address+undefined sanitizer tests" sanitized build/asan address,undefined
-  # The parameter servers' cases (Ps*) have not been run under ThreadSanitizer yet (issue
-  # "Parameter servers"); under AddressSanitizer+UBSan they pass.
-  run "thread sanitizer tests" sanitized build/tsan thread '(^|/)Ps[A-Z]'
+  run "thread sanitizer tests" sanitized build/tsan thread
   run "store request fuzzer (60 s)" tests/fuzz/run_fuzzer.sh build/fuzz 60
 fi
 
