@@ -213,7 +213,20 @@ _LegacyOptimizer = getattr(getattr(getattr(tf.compat, "v1", None), "train", None
 
 
 if _LegacyOptimizer is not None:
-    class _DistributedOptimizer(_LegacyOptimizer):
+    class _WrappingOptimizer(_LegacyOptimizer):
+        """A TF1 optimizer around another (self._optimizer), whose slots and variables it reports."""
+
+        def get_slot(self, *args, **kwargs):
+            return self._optimizer.get_slot(*args, **kwargs)
+
+        def get_slot_names(self, *args, **kwargs):
+            return self._optimizer.get_slot_names(*args, **kwargs)
+
+        def variables(self, *args, **kwargs):
+            return self._optimizer.variables(*args, **kwargs)
+
+
+    class _DistributedOptimizer(_WrappingOptimizer):
         """A TF1 optimizer whose compute_gradients() averages the gradients across the set."""
 
         def __init__(self, optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
@@ -267,17 +280,8 @@ if _LegacyOptimizer is not None:
                 lambda: None if global_step is None else global_step.assign_add(1, read_value=False),
                 after=[g for g, _ in grads_and_vars])
 
-        def get_slot(self, *args, **kwargs):
-            return self._optimizer.get_slot(*args, **kwargs)
 
-        def get_slot_names(self, *args, **kwargs):
-            return self._optimizer.get_slot_names(*args, **kwargs)
-
-        def variables(self, *args, **kwargs):
-            return self._optimizer.variables(*args, **kwargs)
-
-
-    class _DistributedAdasumOptimizer(_LegacyOptimizer):
+    class _DistributedAdasumOptimizer(_WrappingOptimizer):
         """A TF1 optimizer that applies its own gradients locally and combines the resulting
         model deltas across ranks with Adasum: every backward_passes_per_step passes, each
         variable becomes start + Adasum(variable - start), and start that value (start being
@@ -327,15 +331,6 @@ if _LegacyOptimizer is not None:
                 combined = tf.cond(tf.equal((steps + 1) % self._passes, 0), combine, tf.no_op)
             with tf.control_dependencies([combined]):
                 return tf.group(self._steps.assign_add(1, read_value=False))
-
-        def get_slot(self, *args, **kwargs):
-            return self._optimizer.get_slot(*args, **kwargs)
-
-        def get_slot_names(self, *args, **kwargs):
-            return self._optimizer.get_slot_names(*args, **kwargs)
-
-        def variables(self, *args, **kwargs):
-            return self._optimizer.variables(*args, **kwargs)
 
 
 def DistributedOptimizer(optimizer, name=None, use_locking=False, device_dense="", device_sparse="",
