@@ -124,6 +124,13 @@ class HORA_API Communicator {
   // host), "hierarchical (...)", "local" for a single rank.
   std::string algorithmFor(CollectiveKind collective, size_t bytes, ReduceOp op = ReduceOp::kSum) const;
 
+  // Why an allreduce or a reducescatter (`collective`) of `type` elements with options `o` would
+  // be refused on a group of `ranks` ranks before anything moves (a type the op cannot reduce,
+  // scale factors on integers, Adasum outside an allreduce on a power of two), or empty when it
+  // would run. These are the checks allreduce and reducescatter make; the engine makes them when
+  // a tensor is enqueued, so that every rank refuses alike before negotiating.
+  static std::string whyRefused(CollectiveKind collective, DataType type, const AllreduceOptions& o, int ranks);
+
  private:
   explicit Communicator(std::unique_ptr<detail::CommunicatorImpl> impl);
   std::unique_ptr<detail::CommunicatorImpl> impl_;

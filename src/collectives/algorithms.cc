@@ -3,6 +3,7 @@
 #include <cstring>
 #include <memory>
 
+#include "collectives/adasum.h"
 #include "collectives/reduce.h"
 #include "hora/errors.h"
 
@@ -265,7 +266,8 @@ void disseminationBarrier(Context& ctx) {
 
 void allreduce(Context& ctx, Algorithm algorithm, const std::byte* send, std::byte* recv, size_t count,
                DataType type, const AllreduceOptions& options) {
-  if (algorithm == Algorithm::kDissemination) disseminationAllreduce(ctx, send, recv, count, type, options);
+  if (algorithm == Algorithm::kAdasum) adasumAllreduce(ctx, send, recv, count, type, options);
+  else if (algorithm == Algorithm::kDissemination) disseminationAllreduce(ctx, send, recv, count, type, options);
   else if (algorithm == Algorithm::kRecursiveDoubling) recursiveDoublingAllreduce(ctx, send, recv, count, type, options);
   else ringAllreduce(ctx, send, recv, count, type, options);
 }

@@ -28,6 +28,7 @@ enum class Algorithm : uint8_t {
   kChain,              // large broadcasts
   kPairwise,           // alltoall
   kHierarchical,       // across hosts: inside each host, then among them (hierarchy.h)
+  kAdasum,             // Adasum's vector-halving, distance-doubling allreduce (adasum.h)
 };
 
 struct Context {

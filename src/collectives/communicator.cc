@@ -40,10 +40,6 @@ void checkType(std::string_view op, DataType type) {
   if (v < 0 || v >= kNumDataTypes) invalid(op, "unknown data type " + std::to_string(v));
 }
 
-void checkOptions(std::string_view op, DataType type, const AllreduceOptions& o) {
-  if (std::string why = collectives::whyNotReducible(type, o); !why.empty()) invalid(op, why);
-}
-
 void checkBuffer(std::string_view op, std::string_view name, const void* p, size_t count) {
   if (p == nullptr && count > 0)
     invalid(op, std::string(name) + " buffer is null but count is " + std::to_string(count));
@@ -156,7 +152,6 @@ class CommunicatorImpl {
 using detail::checkBuffer;
 using detail::checkCounts;
 using detail::checkedBytes;
-using detail::checkOptions;
 using detail::checkType;
 
 std::unique_ptr<Communicator> Communicator::fromEnvironment() {
@@ -216,11 +211,11 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
                              const AllreduceOptions& o) {
   constexpr std::string_view op = "allreduce";
   checkType(op, type);
-  checkOptions(op, type, o);
+  if (std::string why = whyRefused(CollectiveKind::kAllreduce, type, o, size()); !why.empty()) detail::invalid(op, why);
   checkBuffer(op, "send", send, count);
   checkBuffer(op, "recv", recv, count);
   const size_t bytes = checkedBytes(op, count, type);
-  if (o.op == ReduceOp::kAdasum) {
+  if (o.op == ReduceOp::kAdasum) {  // the tensors' counts must add up to this buffer
     if (std::string why = collectives::whyNotAdasum(size(), count, o.tensor_counts); !why.empty()) detail::invalid(op, why);
   } else if (!o.tensor_counts.empty()) {
     detail::invalid(op, "tensor_counts are for Adasum only");
@@ -235,12 +230,6 @@ void Communicator::allreduce(const void* send, void* recv, size_t count, DataTyp
   }
   if (size() == 1) {
     collectives::finalize(type, o.op, out, in, count, 1, o.postscale);
-    return;
-  }
-  if (o.op == ReduceOp::kAdasum) {  // flat on every rank, as Horovod's CPU Adasum (Note [adasum])
-    impl_->collective(CollectiveKind::kAllreduce, op, bytes, [&](collectives::Context& ctx) {
-      collectives::adasumAllreduce(ctx, in, out, count, type, o);
-    });
     return;
   }
   const collectives::Plan plan = impl_->world().plan(CollectiveKind::kAllreduce, count, bytes, o.op);
@@ -298,8 +287,7 @@ void Communicator::reducescatter(const void* send, void* recv, std::span<const s
                                  DataType type, const AllreduceOptions& o) {
   constexpr std::string_view op = "reducescatter";
   checkType(op, type);
-  checkOptions(op, type, o);
-  if (o.op == ReduceOp::kAdasum) detail::invalid(op, "Adasum is an allreduce only, as in Horovod");
+  if (std::string why = whyRefused(CollectiveKind::kReducescatter, type, o, size()); !why.empty()) detail::invalid(op, why);
   const size_t total = checkCounts(op, "recv_counts", recv_counts, size());
   checkBuffer(op, "send", send, total);
   checkBuffer(op, "recv", recv, recv_counts[static_cast<size_t>(rank())]);
@@ -360,9 +348,15 @@ std::vector<size_t> Communicator::exchangeCounts(std::span<const size_t> counts)
 std::string Communicator::algorithmFor(CollectiveKind collective, size_t bytes, ReduceOp op) const {
   if (collective == CollectiveKind::kJoin)
     throw InvalidArgumentError("algorithmFor: join is the engine's request, not a collective of the communicator");
-  if (collective == CollectiveKind::kAllreduce && op == ReduceOp::kAdasum) return "adasum (vhdd)";
   // (The element count is not known here; only tensors with fewer elements than ranks differ.)
   return impl_->world().describe(collective, impl_->world().plan(collective, SIZE_MAX, bytes, op));
+}
+
+std::string Communicator::whyRefused(CollectiveKind collective, DataType type, const AllreduceOptions& o, int ranks) {
+  if (std::string why = collectives::whyNotReducible(type, o); !why.empty()) return why;
+  if (o.op != ReduceOp::kAdasum) return {};
+  if (collective != CollectiveKind::kAllreduce) return "Adasum is an allreduce only, as in Horovod";
+  return collectives::whyNotAdasum(ranks, 0, {});
 }
 
 void Communicator::barrier() {

@@ -18,6 +18,8 @@ size_t ringThreshold(const GroupShape& g, const CommunicatorOptions& o) {
 
 Algorithm allreduce(size_t count, size_t bytes, ReduceOp reduce, const GroupShape& g,
                     const CommunicatorOptions& o) {
+  // Adasum is its own combination, not a sum, and runs flat on every rank (Note [adasum]).
+  if (reduce == ReduceOp::kAdasum) return Algorithm::kAdasum;
   // Across hosts it also needs an element per rank and, unless forced, a large message.
   if (mayUseHierarchy(g, o.hierarchical) && count >= static_cast<size_t>(g.size) &&
       (o.hierarchical == HierarchyChoice::kAlways || bytes > o.ring_threshold_bytes))
@@ -77,6 +79,7 @@ std::string describe(CollectiveKind op, const Plan& plan, std::string_view trans
     case Algorithm::kBinomialTree: name = "binomial tree"; break;
     case Algorithm::kChain: name = "chain"; break;
     case Algorithm::kPairwise: name = "pairwise"; break;
+    case Algorithm::kAdasum: name = "adasum (vector-halving, distance-doubling)"; break;
   }
   return name + " over " + std::string(transport_name);
 }

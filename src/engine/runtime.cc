@@ -8,8 +8,6 @@
 #include <algorithm>
 #include <cstring>
 
-#include "collectives/adasum.h"
-#include "collectives/reduce.h"
 #include "common/cpu_share.h"
 #include "common/logging.h"
 #include "engine/departure.h"
@@ -92,27 +90,18 @@ void Runtime::applyTimelineRequest() {
 namespace {
 
 // Why a request cannot be enqueued as it is; empty when it can.
-// The element type, and for the reductions the op and scale factors (collectives/reduce.h).
-std::string invalidElements(const Request& request) {
+// The element type, and for the reductions the Communicator's own checks (op, scale factors,
+// Adasum's power of two), made on every rank of the set alike before anything is negotiated.
+std::string invalidElements(const Request& request, int ranks) {
   const int type = static_cast<int>(request.type);
   if (type < 0 || type >= kNumDataTypes) return "unknown data type " + std::to_string(type);
   const bool reduces = request.op == CollectiveKind::kAllreduce || request.op == CollectiveKind::kReducescatter;
-  return reduces ? collectives::whyNotReducible(request.type, request.reduce) : std::string();
-}
-
-// Adasum: an allreduce on a power-of-two number of ranks, alike on every rank of the set, so all
-// of them refuse it here before anything is negotiated (Note [adasum] in collectives/adasum.h).
-std::string invalidAdasum(const Request& request, int ranks) {
-  if (request.reduce.op != ReduceOp::kAdasum) return {};
-  if (request.op == CollectiveKind::kReducescatter) return "Adasum is an allreduce only, as in Horovod";
-  if (request.op != CollectiveKind::kAllreduce) return {};
-  return collectives::whyNotAdasum(ranks, 0, {});
+  return reduces ? Communicator::whyRefused(request.op, request.type, request.reduce, ranks) : std::string();
 }
 
 std::string invalidRequest(const Request& request, const RequestMeta& meta, int ranks) {
   if (request.name.empty()) return "enqueue: the request has no name";
-  if (std::string why = invalidElements(request); !why.empty()) return "enqueue '" + request.name + "': " + why;
-  if (std::string why = invalidAdasum(request, ranks); !why.empty()) return "enqueue '" + request.name + "': " + why;
+  if (std::string why = invalidElements(request, ranks); !why.empty()) return "enqueue '" + request.name + "': " + why;
   if (meta.elements() > 0 && request.input == nullptr) return "enqueue '" + request.name + "': input is null";
   const bool fixed_output = request.op == CollectiveKind::kAllreduce || request.op == CollectiveKind::kBroadcast;
   if (fixed_output && meta.elements() > 0 && request.output == nullptr)

@@ -283,6 +283,23 @@ TEST(AdasumRefuses, ReducescatterAndBadTensorCounts) {
   }, "add up to 7 elements, not the count 8");
 }
 
+// The checks the engine makes at enqueue, through the public API: the same answers as the
+// collectives give, and none for what runs.
+TEST(AdasumRefuses, WhyRefusedAnswersBeforeAnyCommunicatorExists) {
+  const AllreduceOptions adasum{ReduceOp::kAdasum};
+  EXPECT_EQ(Communicator::whyRefused(CollectiveKind::kAllreduce, DataType::kFloat32, adasum, 4), "");
+  EXPECT_EQ(Communicator::whyRefused(CollectiveKind::kAllreduce, DataType::kFloat32, {ReduceOp::kSum}, 3), "");
+  EXPECT_NE(Communicator::whyRefused(CollectiveKind::kAllreduce, DataType::kFloat32, adasum, 3).find("power-of-two"),
+            std::string::npos);
+  EXPECT_NE(Communicator::whyRefused(CollectiveKind::kReducescatter, DataType::kFloat32, adasum, 2)
+                .find("Adasum is an allreduce only"),
+            std::string::npos);
+  EXPECT_NE(Communicator::whyRefused(CollectiveKind::kAllreduce, DataType::kInt32, adasum, 2), "");
+  EXPECT_NE(Communicator::whyRefused(CollectiveKind::kAllreduce, DataType::kBool, {ReduceOp::kAverage}, 2)
+                .find("bool tensors cannot be averaged"),
+            std::string::npos);
+}
+
 // ---- Through the engine -----------------------------------------------------------------------
 
 // Several small tensors submitted together are fused into one buffer: the executor hands the

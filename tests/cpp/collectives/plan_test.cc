@@ -80,6 +80,17 @@ TEST(Plan, TheOtherCollectivesHaveOneFlatAlgorithmEach) {
   EXPECT_EQ(algorithmOf(CollectiveKind::kBarrier, 0, 0, ReduceOp::kSum, shmRanks(2), o), Algorithm::kDissemination);
 }
 
+TEST(Plan, AdasumRunsFlatAtAnySizeEvenWhereASumWouldTakeTheHierarchy) {
+  CommunicatorOptions o;
+  o.hierarchical = HierarchyChoice::kAlways;
+  EXPECT_EQ(algorithmOf(CollectiveKind::kAllreduce, 1 << 20, 4 << 20, ReduceOp::kSum, twoHostsOfTwo(true), o),
+            Algorithm::kHierarchical);
+  EXPECT_EQ(algorithmOf(CollectiveKind::kAllreduce, 1 << 20, 4 << 20, ReduceOp::kAdasum, twoHostsOfTwo(true), o),
+            Algorithm::kAdasum);
+  EXPECT_EQ(algorithmOf(CollectiveKind::kAllreduce, 1, 4, ReduceOp::kAdasum, shmRanks(2), o), Algorithm::kAdasum);
+  EXPECT_EQ(algorithmOf(CollectiveKind::kAllreduce, 1, 4, ReduceOp::kAdasum, shmRanks(1), o), Algorithm::kLocal);
+}
+
 TEST(Plan, TheDescriptionNamesTheAlgorithmAndTheTransport) {
   EXPECT_EQ(describe(CollectiveKind::kAllreduce, {Algorithm::kRing}, "tcp"), "ring over tcp");
   EXPECT_EQ(describe(CollectiveKind::kBroadcast, {Algorithm::kBinomialTree}, "shared memory"),
@@ -89,6 +100,8 @@ TEST(Plan, TheDescriptionNamesTheAlgorithmAndTheTransport) {
             "hierarchical (reduce-scatter, allreduce across hosts, allgather)");
   EXPECT_EQ(describe(CollectiveKind::kAllgather, {Algorithm::kHierarchical}, "shared memory + tcp"),
             "hierarchical (allgather across hosts, then inside each)");
+  EXPECT_EQ(describe(CollectiveKind::kAllreduce, {Algorithm::kAdasum}, "shared memory"),
+            "adasum (vector-halving, distance-doubling) over shared memory");
 }
 
 TEST(Topology, EvenHostsNeedSeveralHostsWithTheSameNumberOfRanksAboveOne) {
