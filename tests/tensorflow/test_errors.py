@@ -53,6 +53,16 @@ def test_a_type_hora_cannot_reduce_is_refused_before_running():
         hvd.allreduce(tf.constant(["a"]))
 
 
+def test_a_function_compiled_by_xla_is_refused_when_traced_naming_jit_compile():
+    # The same ops in a plain tf.function run; under jit_compile=True XLA would fail at run time
+    # listing unsupported ops, so hora refuses at trace time and says what to change.
+    with pytest.raises(ValueError, match="jit_compile=False"):
+        tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum), jit_compile=True)(tf.ones([2]))
+    with pytest.raises(ValueError, match="HoraAllgather"):
+        tf.function(lambda t: hvd.allgather(t), jit_compile=True)(tf.ones([2]))
+    np.testing.assert_allclose(tf.function(lambda t: hvd.allreduce(t, op=hvd.Sum))(tf.ones([2])), [hvd.size()] * 2)
+
+
 def test_collectives_before_init_fail_with_failed_precondition():
     code = ("import tensorflow as tf, hora.tensorflow as hvd\n"
             "try:\n    hvd.allreduce(tf.ones([1]))\n"

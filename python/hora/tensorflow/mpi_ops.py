@@ -89,10 +89,23 @@ def _normalize_name(name):
     return re.sub("[^a-zA-Z0-9_]", "_", name)
 
 
+def _refuse_xla(prefix):
+    """hora's kernels are not XLA kernels, so a function compiled whole by XLA
+    (tf.function(jit_compile=True), Keras' compile(jit_compile=True)) cannot hold them: say so
+    when it is traced, rather than let XLA fail at the first step listing unsupported ops."""
+    from tensorflow.python.ops import control_flow_util
+
+    if control_flow_util.GraphOrParentsInXlaContext(_tf_ops.get_default_graph()):
+        raise ValueError(f"{prefix}: hora's collectives cannot run inside a function compiled by XLA "
+                         "(jit_compile=True); compile the train step with jit_compile=False (Keras: "
+                         "model.compile(..., jit_compile=False)) or call the collective outside it")
+
+
 def _op_name(prefix, tensors, name):
     """(node name, tensor_name attr) of a collective: Horovod's graph names, or the eager name."""
     if _executing_eagerly():
         return None, name or ""
+    _refuse_xla(prefix)
     if name is None:
         first, last = tensors[0], tensors[-1]
         name = prefix + "_" + (first.name if first is last else first.name + "_" + last.name)
