@@ -9,6 +9,9 @@ virtual environment benchmarks/horovod/setup_horovod.sh built (`horovodrun --glo
   synthetic  Horovod's examples/pytorch/pytorch_synthetic_benchmark.py (from Horovod's unpacked
              sdist, else from the Horovod mirror's git at v0.28.1), per --synthetic, total img/s
   cnn        workloads.py cnn: the Fashion-MNIST example's CNN, global batch 128, images/s
+  keras      benchmarks/tensorflow/keras_bench.py's worker with `import horovod.tensorflow.keras`:
+             model.fit of the CNN (global batch 128) and of the tutorial's WideResNet (WRN-16-10,
+             global batch 32) on random images, 1 intra-op and 1 inter-op thread per rank, images/s
   allreduce  workloads.py allreduce: 4-byte latency, busbw at 1, 16, 64 MiB
   elastic    workloads.py elastic on 2 ranks of 2 one-slot "hosts" (localhost, 127.0.0.1, from a
              discovery script); rank 1 is SIGKILLed at step 30: seconds to the first step at size 1
@@ -39,6 +42,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 WORKLOADS = os.path.join(HERE, "workloads.py")
+KERAS_BENCH = os.path.join(ROOT, "benchmarks", "tensorflow", "keras_bench.py")
+KERAS_STEPS = {"cnn": 200, "wrn": 12}  # timed steps, after 5 warm-up steps
 MIRROR = "/work/.mirror/horovod+horovod/repo"
 SYNTHETIC = "examples/pytorch/pytorch_synthetic_benchmark.py"
 STEP = re.compile(r"STEP (\d+) size (\d+) rank (\d+) pid (\d+) t ([\d.]+)")
@@ -256,6 +261,24 @@ def set_workload(args, fws, name, extra=()):
     return results
 
 
+def set_keras(args, fws):
+    results = []
+    for model in args.keras:
+        for np_ in args.np:
+            def one(fw):
+                cmd = fw.command(["-np", str(np_)], [KERAS_BENCH, "--worker", "hora", "--api", "horovod.tensorflow.keras",
+                                                     "--model", model, "--ranks", str(np_),
+                                                     "--steps", str(KERAS_STEPS[model]), "--warmup", "5"])
+                code, out, secs = run(cmd, dict(fw.env(), TF_CPP_MIN_LOG_LEVEL="2"), args.timeout)
+                m = re.search(r"RESULT rank=0 images_per_s=([\d.]+)", out)
+                return {"images_per_sec": float(m.group(1)) if m else None, "code": code,
+                        "seconds": round(secs, 1), "tail": None if m else out[-1500:]}
+
+            results.append({"model": model, "np": np_, "load_before": load(),
+                            "runs": interleaved(fws, args.repeat, one), "load_after": load()})
+    return results
+
+
 def set_elastic(args, fws, work):
     discovery = os.path.join(work, "discover.sh")
     with open(discovery, "w") as f:
@@ -387,6 +410,16 @@ def table(results):
         out.append("### Fashion-MNIST CNN, global batch 128 (images/s)\n\n" + rows_table(
             ["ranks", "hora (median)", "hora runs", "Horovod (median)", "Horovod runs", "hora / Horovod",
              "load before -> after"], rows))
+    if "keras" in results:
+        rows = []
+        for s in results["keras"]:
+            h = [r["images_per_sec"] for r in s["runs"]["hora"]]
+            v = [r["images_per_sec"] for r in s["runs"]["Horovod"]]
+            rows.append([s["model"], s["np"], fmt(med(h)), " / ".join(fmt(x) for x in h), fmt(med(v)),
+                         " / ".join(fmt(x) for x in v), ratio(med(h), med(v)), f"{s['load_before']} -> {s['load_after']}"])
+        out.append("### Keras model.fit, horovod.tensorflow.keras (images/s)\n\n" + rows_table(
+            ["model", "ranks", "hora (median)", "hora runs", "Horovod (median)", "Horovod runs", "hora / Horovod",
+             "load before -> after"], rows))
     if "allreduce" in results:
         rows = []
         for s in results["allreduce"]:
@@ -430,8 +463,10 @@ def table(results):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sets", nargs="+", default=["synthetic", "cnn", "allreduce", "elastic", "failures"],
-                   choices=["synthetic", "cnn", "allreduce", "elastic", "failures"])
+    p.add_argument("--sets", nargs="+", default=["synthetic", "cnn", "keras", "allreduce", "elastic", "failures"],
+                   choices=["synthetic", "cnn", "keras", "allreduce", "elastic", "failures"])
+    p.add_argument("--keras", nargs="+", default=["cnn", "wrn"], choices=sorted(KERAS_STEPS),
+                   help="models of the keras set (wrn: the tutorial's WRN-16-10)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--failure-repeat", type=int, default=1)
     p.add_argument("--np", type=int, nargs="+", default=[2, 4])
@@ -459,6 +494,8 @@ def main():
                 results[name] = set_synthetic(args, fws, work)
             elif name == "cnn":
                 results[name] = set_workload(args, fws, "cnn")
+            elif name == "keras":
+                results[name] = set_keras(args, fws)
             elif name == "allreduce":
                 results[name] = set_workload(args, fws, "allreduce")
             elif name == "elastic":

@@ -27,6 +27,7 @@ usage: .venv/bin/python benchmarks/tensorflow/keras_bench.py [--np 2 4] [--model
 """
 
 import argparse
+import importlib
 import json
 import os
 import re
@@ -120,8 +121,7 @@ def worker(args):
         model = build_model(args.model, args.depth, args.width)
         optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
         if args.worker == "hora":
-            import hora.tensorflow.keras as hvd
-
+            hvd = importlib.import_module(args.api)
             hvd.init()
             rank = hvd.rank()
             optimizer = hvd.DistributedOptimizer(optimizer)
@@ -204,6 +204,7 @@ def main():
     parser.add_argument("--worker", choices=CONFIGS, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--ranks", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--api", default="hora.tensorflow.keras", help=argparse.SUPPRESS)  # or Horovod's
     parser.add_argument("--np", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--models", nargs="+", default=["cnn", "wrn"], choices=sorted(GLOBAL_BATCH))
     parser.add_argument("--depth", type=int, default=16, help="WideResNet depth (the tutorial's 16)")
