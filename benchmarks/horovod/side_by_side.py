@@ -12,6 +12,8 @@ virtual environment benchmarks/horovod/setup_horovod.sh built (`horovodrun --glo
   keras      benchmarks/tensorflow/keras_bench.py's worker with `import horovod.tensorflow.keras`:
              model.fit of the CNN (global batch 128) and of the tutorial's WideResNet (WRN-16-10,
              global batch 32) on random images, 1 intra-op and 1 inter-op thread per rank, images/s
+  tutorial   keras_tutorial.py: the tutorial's Keras script (examples/keras/fashion_mnist.py, its
+             default narrow WideResNet) trained to 85% validation accuracy: seconds to the target
   allreduce  workloads.py allreduce: 4-byte latency, busbw at 1, 16, 64 MiB
   elastic    workloads.py elastic on 2 ranks of 2 one-slot "hosts" (localhost, 127.0.0.1, from a
              discovery script); rank 1 is SIGKILLed at step 30: seconds to the first step at size 1
@@ -43,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 WORKLOADS = os.path.join(HERE, "workloads.py")
 KERAS_BENCH = os.path.join(ROOT, "benchmarks", "tensorflow", "keras_bench.py")
+KERAS_TUTORIAL = os.path.join(HERE, "keras_tutorial.py")
 KERAS_STEPS = {"cnn": 200, "wrn": 12}  # timed steps, after 5 warm-up steps
 MIRROR = "/work/.mirror/horovod+horovod/repo"
 SYNTHETIC = "examples/pytorch/pytorch_synthetic_benchmark.py"
@@ -279,6 +282,22 @@ def set_keras(args, fws):
     return results
 
 
+def set_tutorial(args, fws, work):
+    results = []
+    for np_ in args.np:
+        def one(fw):
+            cmd = fw.command(["-np", str(np_)], [KERAS_TUTORIAL, "--checkpoint", "", "--log-dir", work])
+            code, out, secs = run(cmd, dict(fw.env(), TF_CPP_MIN_LOG_LEVEL="2"), args.timeout)
+            m = re.search(r"RESULT accuracy=([\d.]+) .*time_to_target_s=(\S+) train_time_s=([\d.]+)", out)
+            return {"accuracy": float(m.group(1)) if m else None, "time_to_target_s": float(m.group(2)) if m else None,
+                    "train_time_s": float(m.group(3)) if m else None, "code": code, "seconds": round(secs, 1),
+                    "tail": None if m else out[-1500:]}
+
+        results.append({"np": np_, "load_before": load(), "runs": interleaved(fws, args.repeat, one),
+                        "load_after": load()})
+    return results
+
+
 def set_elastic(args, fws, work):
     discovery = os.path.join(work, "discover.sh")
     with open(discovery, "w") as f:
@@ -420,6 +439,16 @@ def table(results):
         out.append("### Keras model.fit, horovod.tensorflow.keras (images/s)\n\n" + rows_table(
             ["model", "ranks", "hora (median)", "hora runs", "Horovod (median)", "Horovod runs", "hora / Horovod",
              "load before -> after"], rows))
+    if "tutorial" in results:
+        rows = []
+        for s in results["tutorial"]:
+            h = [r["time_to_target_s"] for r in s["runs"]["hora"]]
+            v = [r["time_to_target_s"] for r in s["runs"]["Horovod"]]
+            rows.append([s["np"], fmt(med(h)), " / ".join(fmt(x) for x in h), fmt(med(v)), " / ".join(fmt(x) for x in v),
+                         ratio(med(v), med(h)), f"{s['load_before']} -> {s['load_after']}"])
+        out.append("### The tutorial's Keras script to 85% validation accuracy (seconds)\n\n" + rows_table(
+            ["ranks", "hora (median)", "hora runs", "Horovod (median)", "Horovod runs", "Horovod / hora (speed-up)",
+             "load before -> after"], rows))
     if "allreduce" in results:
         rows = []
         for s in results["allreduce"]:
@@ -463,8 +492,8 @@ def table(results):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sets", nargs="+", default=["synthetic", "cnn", "keras", "allreduce", "elastic", "failures"],
-                   choices=["synthetic", "cnn", "keras", "allreduce", "elastic", "failures"])
+    p.add_argument("--sets", nargs="+", default=["synthetic", "cnn", "keras", "tutorial", "allreduce", "elastic", "failures"],
+                   choices=["synthetic", "cnn", "keras", "tutorial", "allreduce", "elastic", "failures"])
     p.add_argument("--keras", nargs="+", default=["cnn", "wrn"], choices=sorted(KERAS_STEPS),
                    help="models of the keras set (wrn: the tutorial's WRN-16-10)")
     p.add_argument("--repeat", type=int, default=3)
@@ -496,6 +525,8 @@ def main():
                 results[name] = set_workload(args, fws, "cnn")
             elif name == "keras":
                 results[name] = set_keras(args, fws)
+            elif name == "tutorial":
+                results[name] = set_tutorial(args, fws, work)
             elif name == "allreduce":
                 results[name] = set_workload(args, fws, "allreduce")
             elif name == "elastic":
