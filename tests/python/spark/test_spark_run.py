@@ -90,6 +90,43 @@ def test_an_exception_is_raised_with_its_rank_and_traceback(spark):
     assert "rank 0 raised ShutdownError" in str(e)  # the consequence, listed after the cause
 
 
+def _run_with_executor_python(spark, python):
+    """hora.spark.run with the executors' Python set to ``python`` for this one job (PySpark
+    takes sc.pythonExec when it builds the job); the RunError it raised."""
+    import hora.spark
+
+    sc = spark.sparkContext
+    sc.pythonExec = python
+    try:
+        with pytest.raises(RunError) as info:
+            hora.spark.run(lambda: 0, num_proc=2, start_timeout=60)
+    finally:
+        sc.pythonExec = sys.executable
+    return info.value
+
+
+def test_a_task_whose_python_cannot_import_hora_shows_the_python_cause(spark, tmp_path):
+    # A Python without the venv's site-packages (-S), as a PYSPARK_PYTHON that is not the venv's.
+    python = tmp_path / "python-without-hora"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    e = _run_with_executor_python(spark, str(python))
+    message = str(e)
+    assert "The task's Python raised ModuleNotFoundError: No module named 'hora'" in message.splitlines()[0], message
+    assert f"the executors run {python}" in message
+    assert e.remote_traceback.startswith("Traceback (most recent call last):"), e.remote_traceback
+    assert e.remote_traceback.endswith("ModuleNotFoundError: No module named 'hora'"), e.remote_traceback
+    assert "\nPython traceback of Spark task " in message
+    assert "\tat " not in message and "more" not in message.split("Traceback")[0]  # no Java frames
+
+
+def test_a_missing_executor_python_is_named(spark):
+    e = _run_with_executor_python(spark, "/nonexistent/python3")
+    first = str(e).splitlines()[0]
+    assert 'java.io.IOException: Cannot run program "/nonexistent/python3"' in first, str(e)
+    assert "No such file or directory" in first and "\tat " not in str(e), str(e)
+
+
 def _run_and_kill(target_of):
     """A training on 2 ranks whose rank 1 gets SIGKILL at target_of(its pid, its parent's pid):
     (the RunError, seconds from the kill to it)."""
