@@ -90,6 +90,18 @@ def test_an_exception_is_raised_with_its_rank_and_traceback(spark):
     assert "rank 0 raised ShutdownError" in str(e)  # the consequence, listed after the cause
 
 
+def test_an_ordinary_stage_failure_is_read_for_its_task_and_cause():
+    from hora.spark import failure
+
+    # Spark's text for a task that failed its last attempt in an ordinary (not barrier) stage.
+    first = ("Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times, most recent failure: Lost task "
+             "1.3 in stage 3.0 (TID 9) (10.0.0.2 executor 1): java.lang.IllegalStateException: shuffle lost")
+    text = (f"{first}\n\tat a.B.c(B.java:1)\nCaused by: java.io.IOException: disk gone\n\tat d.E.f(E.java:2)\n"
+            "\t... 21 more\n\nDriver stacktrace:\n\tat g.H.i(H.scala:3)\n")
+    found = failure.read(RuntimeError(text))
+    assert found == failure.SparkFailure(f"{first} Caused by: java.io.IOException: disk gone", 1, None)
+
+
 def _run_with_executor_python(spark, python):
     """hora.spark.run with the executors' Python set to ``python`` for this one job (PySpark
     takes sc.pythonExec when it builds the job); the RunError it raised."""
