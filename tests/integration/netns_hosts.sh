@@ -84,8 +84,9 @@ hosts_pgrep() {
   local i pid
   for i in $(seq 1 "$HOSTS_N"); do
     for pid in $(ip netns pids "${HOST_NS[$i]}"); do
-      # (a process may end between the listing and the read: then it matches nothing)
-      tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | sed 's/ $//' | grep -Eq -- "$1" && echo "$pid"
+      # One line per process, as pgrep sees it: arguments may hold newlines (ssh's remote
+      # command does). A process may end between the listing and the read: it matches nothing.
+      { tr '\0\n' '  ' <"/proc/$pid/cmdline"; } 2>/dev/null | sed 's/ $//' | grep -Eq -- "$1" && echo "$pid"
     done
   done
   return 0
