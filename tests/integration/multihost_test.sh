@@ -20,10 +20,10 @@ mkdir -p "$tmp"
 cd "$tmp" || exit 1
 h1=${HOST_IP[1]} h2=${HOST_IP[2]} h3=${HOST_IP[3]}
 run() { on_host 1 "$horarun" -i "$SSH_KEY" "$@"; }  # horarun runs on host 1
-no_leftovers() {  # no_leftovers MARKER: nothing of the job runs on any host (one PID namespace)
-  local i
-  for i in $(seq 1 30); do pgrep -f "$1" >/dev/null || return 0; sleep 0.1; done
-  pgrep -af "$1"; return 1
+no_leftovers() {  # no_leftovers MARKER: nothing of the job runs on any of this run's hosts
+  local i pid
+  for i in $(seq 1 30); do [ -z "$(hosts_pgrep "$1")" ] && return 0; sleep 0.1; done
+  for pid in $(hosts_pgrep "$1"); do ps -o pid=,args= -p "$pid"; done; return 1
 }
 
 run -np 4 -H "$h1:2,$h2:2" sh -c 'echo "$HORA_RANK $HORA_HOSTNAME $HORA_LOCAL_RANK/$HORA_LOCAL_SIZE $HORA_CROSS_RANK/$HORA_CROSS_SIZE $(pwd)"' >"$tmp/out" 2>&1
@@ -243,9 +243,9 @@ fi
 # One ssh per remote host, whatever its number of ranks: horarun's host agent forks them there.
 run -np 4 -H "$h1:1,$h2:3" sh -c 'exec sleep 4646' >"$tmp/out" 2>&1 &
 runner=$!
-for _ in $(seq 1 50); do [ "$(pgrep -f "sleep 4646" | wc -l)" -ge 4 ] && break; sleep 0.1; done
-sshs=$(pgrep -f "^ssh .*--host-agent" | wc -l)
-agents=$(pgrep -f "horarun --host-agent" | wc -l)
+for _ in $(seq 1 50); do [ "$(hosts_pgrep "sleep 4646" | wc -l)" -ge 4 ] && break; sleep 0.1; done
+sshs=$(hosts_pgrep "^ssh .*--host-agent" | wc -l)
+agents=$(hosts_pgrep "horarun --host-agent" | wc -l)
 pkill -TERM -f "horarun -i $SSH_KEY -np 4 -H $h1:1,$h2:3 sh -c exec sleep 4646"
 wait "$runner" 2>/dev/null
 [ "$sshs" = 1 ] && [ "$agents" = 1 ]; check "3 ranks on a remote host cost one ssh and one host agent ($sshs, $agents)" $?

@@ -5,6 +5,7 @@
 #   hosts_up 3          # HOST_IP[1..3], HOST_NS[1..3], HOSTS_SUBNET, SSH_KEY; sshd in each,
 #                       # whose sessions see hostname hora-h<i>
 #   on_host 1 cmd...    # runs cmd inside host 1's network namespace
+#   hosts_pgrep REGEX   # pids of this run's hosts whose command line matches (grep -E)
 #   cap_links 1gbit     # caps every host's link to that tc rate, both directions
 #   hosts_down          # (also run on EXIT) removes namespaces, bridge, daemons, keys
 #
@@ -75,6 +76,20 @@ EOF
 on_host() {
   local i=$1; shift
   ip netns exec "${HOST_NS[$i]}" "$@"
+}
+
+# Like `pgrep -f`, but only over the processes in this run's namespaces: a machine-wide pgrep
+# would also count the processes of another test run on the same machine.
+hosts_pgrep() {
+  local i pid
+  for i in $(seq 1 "$HOSTS_N"); do
+    for pid in $(ip netns pids "${HOST_NS[$i]}"); do
+      # One line per process, as pgrep sees it: arguments may hold newlines (ssh's remote
+      # command does). A process may end between the listing and the read: it matches nothing.
+      { tr '\0\n' '  ' <"/proc/$pid/cmdline"; } 2>/dev/null | sed 's/ $//' | grep -Eq -- "$1" && echo "$pid"
+    done
+  done
+  return 0
 }
 
 # tbf on both ends of each host's link: egress inside the host and on the bridge's side (this

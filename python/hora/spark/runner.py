@@ -28,6 +28,7 @@ import cloudpickle
 
 from hora import _job_env
 from hora.runner import RunError, _raise_root_cause
+from hora.spark import failure
 from hora.spark.driver import DriverService
 
 log = logging.getLogger("hora.spark")
@@ -166,8 +167,8 @@ class _Job:
                 hellos[index] = (channel, host, hostname, port)
                 log.debug("hora.spark.run: task %d registered from %s (%s), pid %d", index, host, hostname, pid)
             elif event[0] == "spark":
-                raise RunError(f"hora.spark.run: the Spark job ended before its {self.num_proc} tasks started: "
-                               f"{_spark_error(event[1])}")
+                raise self._spark_job_error(f"the Spark job ended before its {self.num_proc} tasks started",
+                                            event[1])
             elif event[0] == "lost":
                 raise RunError(f"hora.spark.run: Spark task {event[1]} was lost before the job started ({event[2]})")
         indices = sorted(hellos)
@@ -225,7 +226,23 @@ class _Job:
         if any(o[0] == "error" for o in self.outcomes.values()) or self.exits:
             _raise_root_cause(self.outcomes, missing, self.exits[0] if self.exits else None, None,
                               stopped_by="hora.spark.run")
-        raise RunError(f"hora.spark.run: the Spark job failed: {_spark_error(self.spark_error)}")
+        raise self._spark_job_error("the Spark job failed", self.spark_error)
+
+    def _spark_job_error(self, what, error):
+        """RunError for a Spark job that failed outside the ranks' own processes (a task's Python
+        could not start or import hora, an executor was lost): the failed task's cause and
+        Python traceback, and the Python the executors run, the usual suspect."""
+        found = failure.read(error)
+        rank = self.rank_of.get(found.partition)
+        task = "" if found.partition is None else f" Spark task {found.partition}" + (
+            "" if rank is None else f" (rank {rank} on host {self.host_of[rank]})") + " failed."
+        text = (f"hora.spark.run: {what}:{task} {found.summary}\n"
+                f"(the executors run {self.sc.pythonExec}: the session's PYSPARK_PYTHON)")
+        if found.python_traceback:
+            text += f"\nPython traceback of Spark task {found.partition}:\n{found.python_traceback}"
+        e = RunError(text, rank=rank, remote_traceback=found.python_traceback)
+        e.__cause__ = error
+        return e
 
     def _how_it_left(self, rank, kind, detail):
         host = self.host_of[rank]
@@ -234,14 +251,3 @@ class _Job:
         if detail < 0:
             return f"on host {host} was killed by {signal.Signals(-detail).name}"
         return f"on host {host} exited with code {detail}"
-
-
-def _spark_error(error):
-    """The Spark exception's own message (a Py4JJavaError's first line only names the call) and,
-    when a task's Python failed, the last line of its traceback."""
-    java = getattr(error, "java_exception", None)
-    lines = [l for l in str(java.toString() if java is not None else error).strip().splitlines() if l.strip()]
-    if not lines:
-        return type(error).__name__
-    python_error = next((l for l in reversed(lines) if not l.startswith(("\tat ", "  ", "Traceback"))), lines[0])
-    return lines[0] + ("" if python_error == lines[0] else f" ... {python_error}")

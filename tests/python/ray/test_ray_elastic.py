@@ -1,7 +1,9 @@
 """Elastic hora jobs on a real Ray cluster (hora.ray.elastic): a head without CPUs (this
 process, ray.init) and worker nodes of one CPU each on 127.0.0.2, 127.0.0.3, ... (`ray start`
 processes this module starts and kills by process group), so that each worker is a host of its
-own as on a real cluster. The job and its checks against a numpy reference: elastic_jobs.py."""
+own as on a real cluster. A node is killed as a machine dies: every process of it at once (its
+`ray start`, raylet, agents and workers share one process group). The job and its checks
+against a numpy reference: elastic_jobs.py."""
 
 import os
 import signal
@@ -13,12 +15,21 @@ import numpy
 import pytest
 
 import elastic_jobs as jobs
+import runner_jobs
 from elastic_jobs import COMMIT_EVERY
 from hora.ray import ElasticRayExecutor, RayExecutor
 from hora.ray.discovery import RayHostDiscovery
 from hora.runner import RunError
 
 NODE_DEADLINE_S = 60
+# The issue's contract: a dead rank fails a fixed-size run within this many seconds.
+FAILURE_DEADLINE_S = 10.0
+# Ray's head asks each node's raylet for its health every period; a node that fails the threshold
+# of checks in a row is dead. Ray's defaults (3 s x 5) take ~15 s to notice a killed node, which
+# later tests would wait for; a dead raylet's checks fail at once (connection refused), so a
+# shorter period only makes that quicker. The timeout of one check stays Ray's (10 s), so a
+# raylet that is slow on a loaded machine is not declared dead.
+HEALTH_CHECKS = {"health_check_period_ms": 1000, "health_check_failure_threshold": 5}
 
 
 class _Cluster:
@@ -30,13 +41,35 @@ class _Cluster:
         self.ray = ray
         # address="local": a new cluster, whatever another cluster on this machine left behind.
         ray.init(address="local", num_cpus=0, include_dashboard=False, configure_logging=False,
-                 _temp_dir=str(tmp))
+                 _temp_dir=str(tmp), _system_config=HEALTH_CHECKS)
         self.temp_dir = str(tmp)
         self.address = ray.get_runtime_context().gcs_address
         self.nodes = {}  # ip -> the `ray start --block` process (the leader of its process group)
+        self.killed = set()  # ips of killed nodes that Ray may still list as alive
 
     def alive(self):
         return {n["NodeManagerAddress"] for n in self.ray.nodes() if n["Alive"] and n["Resources"].get("CPU")}
+
+    def node_of(self, pid):
+        """The ip of the node whose process group holds process ``pid`` (an actor's)."""
+        group = os.getpgid(pid)
+        return next(ip for ip, proc in self.nodes.items() if proc.pid == group)
+
+    def kill_node(self, ip):
+        """SIGKILL to every process of the node at once, as when its machine dies."""
+        proc = self.nodes.pop(ip)
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        self.killed.add(ip)
+
+    def wait_killed_gone(self):
+        """Until Ray has marked the killed nodes dead, so that neither discovery nor a placement
+        group counts them (about HEALTH_CHECKS' period x threshold after the kill)."""
+        deadline = time.monotonic() + NODE_DEADLINE_S
+        while self.killed & self.alive():
+            assert time.monotonic() < deadline, f"Ray still lists killed nodes {self.killed & self.alive()} as alive"
+            time.sleep(0.2)
+        self.killed.clear()
 
     def add(self, ip):
         ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
@@ -51,6 +84,7 @@ class _Cluster:
             time.sleep(0.2)
 
     def ensure(self, *ips):
+        self.wait_killed_gone()
         for ip in ips:
             if ip not in self.nodes:
                 self.add(ip)
@@ -72,6 +106,7 @@ def cluster(request, tmp_path_factory):
 
     ray.cloudpickle.register_pickle_by_value(request.module)  # the actors cannot import these files
     ray.cloudpickle.register_pickle_by_value(jobs)
+    ray.cloudpickle.register_pickle_by_value(runner_jobs)
     c = _Cluster(tmp_path_factory.mktemp("ray"))
     c.ensure("127.0.0.2")
     yield c
@@ -167,3 +202,69 @@ class _NoArgs:
 
     def run(self, fn, args):
         return self.executor.run(lambda: fn(*args))
+
+
+def test_more_resets_than_reset_limit_end_the_job(cluster, tmp_path):
+    """reset_limit=1: losing a worker is the one reset allowed (the job goes on, smaller); when its
+    host's cooldown ends and a new worker joins, that second reset ends the job."""
+    cluster.ensure("127.0.0.2", "127.0.0.3")
+    size = len(cluster.alive())
+    executor = _elastic_executor(min_workers=1, max_workers=size, reset_limit=1, cooldown_range=(1, 1))
+    executor.start()
+    job = jobs.RunInThread(executor, jobs.train, (str(tmp_path), lambda log: False))
+    jobs.wait_progress(job, str(tmp_path), size, COMMIT_EVERY)
+    with open(tmp_path / f"pid.{size - 1}") as f:
+        os.kill(int(f.read()), signal.SIGKILL)
+    jobs.wait_progress(job, str(tmp_path), size - 1, 0)  # the first reset was allowed
+    with pytest.raises(RunError) as info:
+        job.result()
+    message = str(info.value)
+    assert "the job was reset 1 time(s) and --reset-limit is 1" in message, message
+    assert "lost its Ray actor" in message, message  # what caused the first reset
+
+
+def test_a_killed_node_shrinks_the_job_which_resumes_from_the_last_commit(cluster, tmp_path):
+    cluster.ensure("127.0.0.2", "127.0.0.3")
+    size = len(cluster.alive())
+    executor = _elastic_executor(min_workers=1, max_workers=size)
+    executor.start()
+    job = jobs.RunInThread(executor, jobs.train, (str(tmp_path), jobs.shrank_from(size)))
+    killed_after = jobs.wait_progress(job, str(tmp_path), size, 2 * COMMIT_EVERY, between_commits=True)
+    with open(tmp_path / f"pid.{size - 1}") as f:
+        node = cluster.node_of(int(f.read()))
+    cluster.kill_node(node)
+    killed_at = time.monotonic()
+    jobs.wait_progress(job, str(tmp_path), size - 1, 0)
+    print(f"\nhora.ray elastic: node {node} killed -> a step at {size - 1} rank(s) after "
+          f"{time.monotonic() - killed_at:.2f} s", file=sys.stderr)
+    results = job.result()
+    assert len(results) == size - 1
+    for weights, log, ran, pid in results:
+        jobs.check_training(weights, log)
+        numpy.testing.assert_array_equal(weights, results[0][0])
+        sizes = [n for _, n in log]
+        assert size in sizes and sizes[-1] == size - 1
+        assert cluster.node_of(pid) != node
+    jobs.check_redone(results[0][2], killed_after)
+
+
+def test_a_killed_node_fails_a_fixed_size_run_within_seconds_naming_rank_and_node(cluster):
+    cluster.ensure("127.0.0.2", "127.0.0.3")
+    settings = RayExecutor.create_settings(timeout_s=30, placement_group_timeout_s=NODE_DEADLINE_S)
+    executor = RayExecutor(settings, num_hosts=2, num_workers_per_host=1)
+    executor.start()
+    killed = []
+
+    def kill_its_node(pid, ppid):
+        killed.append(cluster.node_of(pid))
+        cluster.kill_node(killed[0])
+
+    try:
+        e, elapsed = runner_jobs.run_and_strike(lambda fn, pid_dir: executor.run(fn, args=[pid_dir]), kill_its_node)
+    finally:
+        executor.shutdown()
+    print(f"\nhora.ray: node {killed[0]} of rank 1 killed -> RunError in {elapsed:.2f} s", file=sys.stderr)
+    assert isinstance(e, RunError), e
+    assert elapsed < FAILURE_DEADLINE_S
+    assert e.rank == 1
+    assert str(e).startswith(f"rank 1 on node {killed[0]} lost its Ray actor"), str(e)

@@ -90,6 +90,55 @@ def test_an_exception_is_raised_with_its_rank_and_traceback(spark):
     assert "rank 0 raised ShutdownError" in str(e)  # the consequence, listed after the cause
 
 
+def test_an_ordinary_stage_failure_is_read_for_its_task_and_cause():
+    from hora.spark import failure
+
+    # Spark's text for a task that failed its last attempt in an ordinary (not barrier) stage.
+    first = ("Job aborted due to stage failure: Task 1 in stage 3.0 failed 4 times, most recent failure: Lost task "
+             "1.3 in stage 3.0 (TID 9) (10.0.0.2 executor 1): java.lang.IllegalStateException: shuffle lost")
+    text = (f"{first}\n\tat a.B.c(B.java:1)\nCaused by: java.io.IOException: disk gone\n\tat d.E.f(E.java:2)\n"
+            "\t... 21 more\n\nDriver stacktrace:\n\tat g.H.i(H.scala:3)\n")
+    found = failure.read(RuntimeError(text))
+    assert found == failure.SparkFailure(f"{first} Caused by: java.io.IOException: disk gone", 1, None)
+
+
+def _run_with_executor_python(spark, python):
+    """hora.spark.run with the executors' Python set to ``python`` for this one job (PySpark
+    takes sc.pythonExec when it builds the job); the RunError it raised."""
+    import hora.spark
+
+    sc = spark.sparkContext
+    sc.pythonExec = python
+    try:
+        with pytest.raises(RunError) as info:
+            hora.spark.run(lambda: 0, num_proc=2, start_timeout=60)
+    finally:
+        sc.pythonExec = sys.executable
+    return info.value
+
+
+def test_a_task_whose_python_cannot_import_hora_shows_the_python_cause(spark, tmp_path):
+    # A Python without the venv's site-packages (-S), as a PYSPARK_PYTHON that is not the venv's.
+    python = tmp_path / "python-without-hora"
+    python.write_text(f'#!/bin/sh\nexec {sys.executable} -S "$@"\n')
+    python.chmod(0o755)
+    e = _run_with_executor_python(spark, str(python))
+    message = str(e)
+    assert "The task's Python raised ModuleNotFoundError: No module named 'hora'" in message.splitlines()[0], message
+    assert f"the executors run {python}" in message
+    assert e.remote_traceback.startswith("Traceback (most recent call last):"), e.remote_traceback
+    assert e.remote_traceback.endswith("ModuleNotFoundError: No module named 'hora'"), e.remote_traceback
+    assert "\nPython traceback of Spark task " in message
+    assert "\tat " not in message and "more" not in message.split("Traceback")[0]  # no Java frames
+
+
+def test_a_missing_executor_python_is_named(spark):
+    e = _run_with_executor_python(spark, "/nonexistent/python3")
+    first = str(e).splitlines()[0]
+    assert 'java.io.IOException: Cannot run program "/nonexistent/python3"' in first, str(e)
+    assert "No such file or directory" in first and "\tat " not in str(e), str(e)
+
+
 def _run_and_kill(target_of):
     """A training on 2 ranks whose rank 1 gets SIGKILL at target_of(its pid, its parent's pid):
     (the RunError, seconds from the kill to it)."""
