@@ -173,7 +173,7 @@ def test_a_killed_worker_shrinks_the_job_which_resumes_from_the_last_commit(clus
 def test_fewer_than_min_workers_ends_the_job_naming_the_lost_worker(cluster, tmp_path):
     cluster.ensure("127.0.0.2", "127.0.0.3")
     size = len(cluster.alive())
-    settings = ElasticRayExecutor.create_settings(min_num_proc=size, max_num_proc=size, elastic_timeout=3,
+    settings = ElasticRayExecutor.create_settings(min_num_proc=size, max_num_proc=size, elastic_timeout=10,
                                                   timeout_s=30)
     executor = ElasticRayExecutor(settings, cpus_per_slot=1)
     executor.start()
@@ -185,10 +185,11 @@ def test_fewer_than_min_workers_ends_the_job_naming_the_lost_worker(cluster, tmp
     killed_at = time.monotonic()
     with pytest.raises(RunError) as info:
         job.result()
-    # The elastic timeout (3 s) after the kill, plus the detection and horarun's stop.
+    # The elastic timeout after the kill, plus the detection and horarun's stop. (It also bounds
+    # how long the first workers may take to form the job, so 3 s failed on a loaded machine.)
     elapsed = time.monotonic() - killed_at
     print(f"\nhora.ray elastic: actor killed below min_workers -> RunError after {elapsed:.2f} s", file=sys.stderr)
-    assert elapsed < 3 + 15
+    assert elapsed < 10 + 15
     message = str(info.value)
     assert f"fewer than --min-np {size}" in message
     assert "lost its Ray actor" in message and "on node 127.0.0." in message
