@@ -112,8 +112,8 @@ void chooseTransport(Connection& c, std::vector<transport::tcp::PeerConnection> 
   }
 }
 
-// Note [heartbeat]: made while the mesh's sockets are still at hand, started once the transport
-// owns them.
+// The heartbeat (Note [heartbeat]) is made while the mesh's sockets are still at hand, and
+// started once the transport owns them.
 void prepareHeartbeat(Connection& c, const std::vector<transport::tcp::PeerConnection>& peers,
                       const CommunicatorOptions& options, const std::string& advertise_host,
                       const common::Deadline& deadline) {
