@@ -193,6 +193,20 @@ class ElasticDriver {
       nonces_[id] = *nonce;
       planner_.joined(id, *nonce, Clock::now(), d);
     }
+    readVerdicts(d);
+  }
+
+  // A survivor that fails because a peer's heartbeat went silent writes the verdict under its
+  // generation before it re-joins (Note [heartbeat]): that member is left behind at once.
+  void readVerdicts(ElasticPlanner::Decisions& d) {
+    const int generation = planner_.generation();
+    if (generation < 0) return;
+    for (const auto& [number, id] : ids_) {
+      const int rank = planner_.rankOf(id);
+      if (rank < 0) continue;
+      if (auto verdict = client_->tryGet(bootstrap::silentRankKey(bootstrap::generationPrefix(generation), rank), soon()))
+        planner_.declaredDead(rank, *verdict, Clock::now(), d);
+    }
   }
 
   // Carries out the planner's decisions; the job's exit code once it ends.

@@ -276,16 +276,27 @@ void ElasticPlanner::tick(Time now, Decisions& d) {
   if ((waiting_for == 0 || window_passed) && pending >= limits_.min_np) formGeneration(now, d);
 }
 
+void ElasticPlanner::leaveBehind(Tracked& t, const std::string& why, Time now, Decisions& d) {
+  blacklist(t.worker.host,
+            "worker " + t.worker.id + " (rank " + std::to_string(t.rank) + " of generation " +
+                std::to_string(generation_) + ") " + why + "; it is stopped",
+            now, d);
+  stopWorker(t, d);
+}
+
+void ElasticPlanner::declaredDead(int rank, const std::string& why, Time now, Decisions& d) {
+  for (auto& [id, t] : workers_) {
+    if (t.state == State::kMember && t.rank == rank) leaveBehind(t, "was declared dead by its peers: " + why, now, d);
+  }
+}
+
 void ElasticPlanner::formGeneration(Time now, Decisions& d) {
   // Members that did not re-join within the window are stuck (stopped, or their link is down).
   for (auto& [id, t] : workers_) {
     if (t.state != State::kMember) continue;
-    blacklist(t.worker.host,
-              "worker " + t.worker.id + " (rank " + std::to_string(t.rank) + " of generation " +
-                  std::to_string(generation_) + ") did not ask to join the next generation within the join window " +
-                  std::to_string(limits_.join_window.count() / 1000) + " s; it is stopped",
-              now, d);
-    stopWorker(t, d);
+    leaveBehind(t, "did not ask to join the next generation within the join window " +
+                       std::to_string(limits_.join_window.count() / 1000) + " s",
+                now, d);
   }
   std::vector<Tracked*> joining;
   for (auto& [id, t] : workers_)

@@ -8,6 +8,7 @@
 //   has passed since the first pending join and at least --min-np have asked. Members of the
 //   previous generation that did not ask by then are stuck (stopped, link cut): they are stopped
 //   and their host blacklisted. Workers still starting are left to join a later generation.
+//   A member its peers' heartbeats declared dead is stuck at once (declaredDead), without the window.
 // - Ranks: the previous generation's members keep their order (rank 0 holds the committed
 //   state), then new workers by host and slot; at most --max-np.
 // - A worker that exits non-zero or by a signal blacklists its host (for a cooldown drawn from
@@ -86,6 +87,10 @@ class ElasticPlanner {
   void joined(const std::string& id, const std::string& nonce, Time now, Decisions& d);
   // `failed`: exited non-zero or by a signal; `why` names it for messages.
   void exited(const std::string& id, bool failed, const std::string& why, Time now, Decisions& d);
+  // A member's peers declared it dead (its heartbeat went silent: stopped, hung or cut off), by its
+  // rank in the current generation: it is stuck, as one that misses the join window, but known
+  // now; `why` is the verdict for the note. Ignored for a rank that has re-joined since.
+  void declaredDead(int rank, const std::string& why, Time now, Decisions& d);
   void tick(Time now, Decisions& d);
 
   int generation() const { return generation_; }
@@ -111,6 +116,7 @@ class ElasticPlanner {
   // host (in discovery order) and slot.
   bool ranksBefore(const Tracked& a, const Tracked& b) const;
   void formGeneration(Time now, Decisions& d);
+  void leaveBehind(Tracked& t, const std::string& why, Time now, Decisions& d);
   void stopWorker(Tracked& t, Decisions& d);
   void answerRemoved(Tracked& t, const std::string& why, Decisions& d);
   void blacklist(const std::string& host, const std::string& why, Time now, Decisions& d);

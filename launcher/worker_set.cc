@@ -133,9 +133,16 @@ void WorkerSet::signalAll(int sig) {
   for (const auto& [pid, worker] : running_) ::kill(-pid, sig);
 }
 
+// A stopped (SIGSTOPped) worker acts on no signal but SIGKILL until it is continued: without the
+// SIGCONT it would sit out the whole grace period before the SIGKILL.
+void WorkerSet::terminate(pid_t pid) {
+  ::kill(-pid, SIGTERM);
+  ::kill(-pid, SIGCONT);
+}
+
 void WorkerSet::stopAll() {
   if (running_.empty()) return;
-  signalAll(SIGTERM);
+  for (const auto& [pid, worker] : running_) terminate(pid);
   const auto give_up = std::chrono::steady_clock::now() + grace_;
   while (!running_.empty()) {
     int status = 0;
@@ -186,7 +193,7 @@ std::vector<WorkerSet::Exit> WorkerSet::reap(std::chrono::milliseconds wait) {
 void WorkerSet::stop(int rank) {
   for (const auto& [pid, w] : running_) {
     if (w.rank != rank || kill_at_.count(pid)) continue;
-    ::kill(-pid, SIGTERM);
+    terminate(pid);
     kill_at_[pid] = std::chrono::steady_clock::now() + grace_;
   }
 }

@@ -80,6 +80,7 @@ class WorkerSet {
 
  private:
   void signalAll(int sig);
+  void terminate(pid_t pid);  // SIGTERM, and SIGCONT so that a stopped worker acts on it
 
   std::chrono::milliseconds grace_;
   struct Running {

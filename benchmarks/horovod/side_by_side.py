@@ -335,7 +335,7 @@ def set_elastic(args, fws, work):
 
 def set_failures(args, fws, work):
     results = []
-    for mode in ("kill", "stop", "mismatch"):
+    for mode in args.failure_modes:
         def one(fw):
             cmd = fw.command(["-np", "2"], [WORKLOADS, "fail", "--mode", mode])
             launch = Launch(cmd, fw.env(), args.cap + 30)
@@ -498,6 +498,8 @@ def main():
                    help="models of the keras set (wrn: the tutorial's WRN-16-10)")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--failure-repeat", type=int, default=1)
+    p.add_argument("--failure-modes", nargs="+", default=["kill", "stop", "mismatch"],
+                   choices=["kill", "stop", "mismatch"], help="failures: which events to run")
     p.add_argument("--np", type=int, nargs="+", default=[2, 4])
     p.add_argument("--synthetic", nargs="+", default=["resnet18", "resnet50"],
                    help="models of the synthetic benchmark, each MODEL (every --np) or MODEL:NP")

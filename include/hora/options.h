@@ -56,6 +56,8 @@ enum class HierarchyChoice { kAuto, kAlways, kNever };
 struct CommunicatorOptions {
   // Deadline of every blocking call: a collective, connecting to peers, a store request.
   std::chrono::milliseconds timeout{30000};
+  // A peer silent for this long is declared dead (Note [heartbeat]); 0 = no heartbeat.
+  std::chrono::milliseconds heartbeat_timeout{3000};
   // Interface whose address peers connect to; empty = the one that reaches the store.
   std::string iface;
   // Allreduce messages of at most this many bytes use recursive doubling, larger the ring.

@@ -46,15 +46,14 @@ void learnTopology(Connection& c, const common::Deadline& deadline) {
     HORA_LOG(info, "hierarchical collectives not possible: the hosts run different numbers of ranks");
 }
 
-std::vector<transport::tcp::PeerConnection> connectTcpMesh(const Connection& c, const CommunicatorOptions& options,
-                                                           const rendezvous::TcpStore& store,
+std::vector<transport::tcp::PeerConnection> connectTcpMesh(const Connection& c, const std::string& advertise_host,
                                                            const common::Deadline& deadline) {
   transport::tcp::MeshOptions mesh;
   mesh.rank = c.rank();
   mesh.size = c.size();
   mesh.secret = c.rendezvous.secret;
   mesh.key_prefix = c.rendezvous.prefix;
-  mesh.advertise_host = options.iface.empty() ? store.localHost() : common::interfaceAddress(options.iface);
+  mesh.advertise_host = advertise_host;
   auto peers = transport::tcp::connectMesh(mesh, *c.store, deadline);
   for (int r = 0; r < c.size(); ++r) peers[static_cast<size_t>(r)].label = c.label(r);
   return peers;
@@ -75,9 +74,9 @@ std::unique_ptr<transport::Transport> hybridTransport(Connection& c, std::vector
   HORA_LOG(info, "transport: shared memory with {} other rank(s) of host {}, TCP with {}", members.size() - 1,
            c.identity.hostname, c.size() - static_cast<int>(members.size()));
   auto near = std::make_unique<transport::shm::ShmTransport>(c.rank(), std::move(local), std::move(members), shm,
-                                                             *c.store, deadline);
+                                                             *c.store, deadline, c.silent);
   auto far = std::make_unique<transport::tcp::TcpTransport>(c.rank(), std::move(peers), options.chunk_bytes,
-                                                            options.spin);
+                                                            options.spin, c.silent);
   // TCP's spin: the long shared-memory spin pays off against a futex wake-up, but here every run
   // also waits for the network, and a rank spinning for it takes a core from its host's ranks.
   c.transport_name = "shared memory + tcp";
@@ -99,18 +98,42 @@ void chooseTransport(Connection& c, std::vector<transport::tcp::PeerConnection> 
   shm.key_prefix = c.rendezvous.prefix;
   if (options.transport == TransportChoice::kTcp || c.identity.local_size == 1) {
     c.transport = std::make_unique<transport::tcp::TcpTransport>(c.rank(), std::move(peers), options.chunk_bytes,
-                                                                 options.spin);
+                                                                 options.spin, c.silent);
     c.transport_name = "tcp";
   } else if (one_host) {
     std::vector<int> everyone(static_cast<size_t>(c.size()));
     std::iota(everyone.begin(), everyone.end(), 0);
     c.transport = std::make_unique<transport::shm::ShmTransport>(c.rank(), std::move(peers), std::move(everyone),
-                                                                 shm, *c.store, deadline);
+                                                                 shm, *c.store, deadline, c.silent);
     c.shared_memory = true;
     c.transport_name = "shared memory";
   } else {
     c.transport = hybridTransport(c, std::move(peers), options, shm, deadline);
   }
+}
+
+// The heartbeat (Note [heartbeat]) is made while the mesh's sockets are still at hand, and
+// started once the transport owns them.
+void prepareHeartbeat(Connection& c, const std::vector<transport::tcp::PeerConnection>& peers,
+                      const CommunicatorOptions& options, const std::string& advertise_host,
+                      const common::Deadline& deadline) {
+  if (options.heartbeat_timeout.count() <= 0) return;
+  transport::HeartbeatOptions o;
+  o.rank = c.rank();
+  o.size = c.size();
+  o.secret = c.rendezvous.secret;
+  o.key_prefix = c.rendezvous.prefix;
+  o.advertise_host = advertise_host;
+  o.timeout = options.heartbeat_timeout;
+  std::vector<int> sockets;
+  std::vector<std::string> names;
+  for (int r = 0; r < c.size(); ++r) {
+    sockets.push_back(peers[static_cast<size_t>(r)].fd.get());
+    names.push_back(r == c.rank() ? "" : transport::tcp::describePeerConnection(peers, r));
+  }
+  c.silent = std::make_shared<transport::SilentPeers>(c.size());
+  c.heartbeat = std::make_unique<transport::Heartbeat>(o, std::move(sockets), std::move(names), c.silent, *c.store,
+                                                       deadline);
 }
 
 }  // namespace
@@ -139,9 +162,12 @@ Connection connect(const Identity& identity, const RendezvousOptions& rendezvous
                  deadline);
   }
   learnTopology(c, deadline);
-  auto peers = connectTcpMesh(c, options, tcp_store, deadline);
+  const std::string advertise_host = options.iface.empty() ? tcp_store.localHost() : common::interfaceAddress(options.iface);
+  auto peers = connectTcpMesh(c, advertise_host, deadline);
   common::CpuShare::process().noteLocalRanks(c.identity.local_size);  // Note [who may spin]
+  prepareHeartbeat(c, peers, options, advertise_host, deadline);
   chooseTransport(c, std::move(peers), options, deadline);
+  if (c.heartbeat) c.heartbeat->start();
   return c;
 }
 

@@ -14,6 +14,8 @@
 #include "hora/identity.h"
 #include "hora/options.h"
 #include "rendezvous/store.h"
+#include "transport/liveness/heartbeat.h"
+#include "transport/liveness/silent_peers.h"
 #include "transport/transport.h"
 
 namespace hora::bootstrap {
@@ -25,7 +27,11 @@ struct Connection {
   std::vector<int> labels;        // by rank: its number in messages, when not its rank
   Topology topology;              // hostnames, when derived or when the ranks span hosts
   std::unique_ptr<rendezvous::Store> store;         // null for a group of one
+  std::shared_ptr<transport::SilentPeers> silent;   // the heartbeat's verdicts; read by the transport
   std::unique_ptr<transport::Transport> transport;  // null for a group of one
+  // Declared after the transport, so it stops before the transport closes the sockets it shuts
+  // down; null for a group of one or with HORA_HEARTBEAT_TIMEOUT_SECONDS=0.
+  std::unique_ptr<transport::Heartbeat> heartbeat;
   std::string transport_name;     // "tcp", "shared memory", or "shared memory + tcp"
   bool shared_memory = false;     // every peer is reached through shared memory
 

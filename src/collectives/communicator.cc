@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "bootstrap/connect.h"
+#include "bootstrap/job/elastic_join.h"
 #include "bootstrap/job/job.h"
 #include "collectives/adasum.h"
 #include "collectives/algorithms.h"
@@ -122,11 +123,25 @@ class CommunicatorImpl {
     collectives::FailureReportOptions report{c.rank(), c.size(), c.rendezvous.prefix, std::chrono::milliseconds(500),
                                              [&c](int r) { return c.transport->describePeer(r); },
                                              [&c](int r) { return c.label(r); }};
+    publishSilentPeers(c);
     const std::string me = "rank " + std::to_string(c.label(c.rank()));
     const std::string message = me + ": " + e.what() + "\n    " + me + "'s last collectives: " + recorder_.describe();
     broken_.emplace(e.kind(), collectives::reportFailure(*c.store, report, message, true));
     HORA_LOG(error, "{}", broken_->what());
     rethrowAs(*broken_);
+  }
+
+  // The heartbeat's verdicts, for horarun's elastic driver (Note [heartbeat]): it leaves those
+  // ranks behind without waiting for its join window. Best effort, as the reports.
+  static void publishSilentPeers(const bootstrap::Connection& c) {
+    if (!c.silent || !c.silent->any()) return;
+    try {
+      const auto deadline = common::Deadline::after(std::chrono::milliseconds(500));
+      for (int r = 0; r < c.size(); ++r)
+        if (auto verdict = c.silent->verdictFor(r)) c.store->set(bootstrap::silentRankKey(c.rendezvous.prefix, r), *verdict, deadline);
+    } catch (const Error& e) {
+      HORA_LOG(debug, "could not publish the heartbeat's verdicts: {}", e.what());
+    }
   }
 
   // The inner groups of the hierarchical collectives, connected by every rank at its first

@@ -31,6 +31,8 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
   CommunicatorOptions o;
   const double seconds = env.getDouble("HORA_TIMEOUT_SECONDS", 0.001, 7 * 24 * 3600.0);
   o.timeout = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+  const double heartbeat = env.getDouble("HORA_HEARTBEAT_TIMEOUT_SECONDS", 0, 7 * 24 * 3600.0);
+  o.heartbeat_timeout = std::chrono::milliseconds(static_cast<int64_t>(heartbeat * 1000));
   o.iface = env.getString("HORA_IFACE");
   o.ring_threshold_bytes = static_cast<size_t>(env.getBytes("HORA_RING_THRESHOLD", 0, INT64_MAX));
   o.shm_ring_threshold_bytes = static_cast<size_t>(env.getBytes("HORA_SHM_RING_THRESHOLD", 0, INT64_MAX));

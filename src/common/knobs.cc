@@ -141,6 +141,11 @@ constexpr KnobSpec kKnobs[] = {
      "shows; 0 = rank 0 only, as Horovod."},
     {"HORA_CHUNK_BYTES", "", G::kTuning, S::kJob, "256K",
      "Pipelining unit: received data is reduced and forwarded in chunks of this size."},
+    {"HORA_HEARTBEAT_TIMEOUT_SECONDS", "", G::kTuning, S::kJob, "3",
+     "A peer from which no heartbeat came for this long is declared dead (a stopped or hung "
+     "process keeps its sockets open, so only its silence shows); every rank then fails naming it. "
+     "Each process sends every peer a datagram every sixth of this. 0 = no heartbeat: a frozen peer "
+     "is found by HORA_TIMEOUT_SECONDS only."},
     {"HORA_HIERARCHICAL_ALLREDUCE", "HOROVOD_HIERARCHICAL_ALLREDUCE", G::kTuning, S::kJob, "auto",
      "Allreduce across hosts as reduce-scatter inside each host (shared memory), allreduce of "
      "each slice among the hosts (TCP) and allgather inside each host: auto (when the ranks span "

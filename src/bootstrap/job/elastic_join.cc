@@ -16,6 +16,8 @@ std::string generationPrefix(int generation) { return "gen" + std::to_string(gen
 
 std::string elasticJoinKey(const std::string& worker_id) { return "elastic/join/" + worker_id; }
 
+std::string silentRankKey(const std::string& prefix, int rank) { return prefix + "silent/" + std::to_string(rank); }
+
 std::string elasticAnswerKey(const std::string& worker_id, const std::string& nonce) {
   return "elastic/assign/" + worker_id + "/" + nonce;
 }

@@ -52,6 +52,9 @@ std::string generationPrefix(int generation);
 
 // The keys of the contract, shared with the driver.
 std::string elasticJoinKey(const std::string& worker_id);
+// Where a rank that failed on a peer's silent heartbeat writes the verdict about rank `rank` of
+// the communicator whose store prefix is `prefix`; horarun's elastic driver reads it.
+std::string silentRankKey(const std::string& prefix, int rank);
 std::string elasticAnswerKey(const std::string& worker_id, const std::string& nonce);
 inline constexpr const char* kElasticHostsUpdatedKey = "elastic/hosts_updated";
 // Bumped by every join after its key is written: the driver reads the join keys when it changed.

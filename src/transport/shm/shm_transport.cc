@@ -61,11 +61,12 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 
 ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std::vector<int> members,
-                           const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline)
+                           const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline,
+                           std::shared_ptr<const SilentPeers> silent)
     : rank_(rank), options_(options), peers_(std::move(peers)), members_(std::move(members)),
       slot_(peers_.size(), -1), inboxes_(peers_.size(), nullptr), written_(peers_.size(), 0),
       consumed_(peers_.size(), 0), departed_(peers_.size(), false), closed_(peers_.size(), false),
-      lanes_(peers_.size()) {
+      lanes_(peers_.size()), silent_(std::move(silent)) {
   const int n = static_cast<int>(members_.size());
   for (int i = 0; i < n; ++i) slot_[static_cast<size_t>(members_[static_cast<size_t>(i)])] = i;
   const size_t ring_bytes = roundUp16(std::max<size_t>(options_.chunk_bytes * kRingChunks, 4096));
@@ -129,6 +130,9 @@ std::string ShmTransport::describePeer(int rank) const {
 }
 
 void ShmTransport::fail(Error error) {
+  // The heartbeat shut a silent peer's socket itself: its verdict is the cause, not a close.
+  if (silent_ && error.kind() == ErrorKind::kPeer)
+    if (auto verdict = silent_->anyVerdict()) error = PeerError(*verdict + "\n    (here: " + error.what() + ")");
   broken_ = error;
   rethrowAs(error);
 }
@@ -311,6 +315,10 @@ bool ShmTransport::drainSocket(int peer) {
 // A peer this rank waits for whose socket closed is gone; what it wrote
 // before is still in the ring, so it is only an error once nothing more can move (Note [shm liveness]).
 void ShmTransport::checkPeers(const OpTag& tag) {
+  // A peer declared dead dooms this run even when this rank waits for someone else: the ones it
+  // waits for wait, directly or not, for the dead one (Note [heartbeat]).
+  if (silent_ && silent_->any())
+    fail(PeerError("this rank was in " + std::string(tag.name) + " #" + std::to_string(tag.sequence) + owed()));
   std::vector<pollfd> fds;
   std::vector<int> waited_for;  // peers with transfers left; a peer that is done may leave
   for (int p : lanes_.active()) {

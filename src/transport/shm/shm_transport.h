@@ -18,6 +18,7 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "hora/errors.h"
 #include "hora/options.h"
 #include "rendezvous/store.h"
+#include "transport/liveness/silent_peers.h"
 #include "transport/peer_group.h"
 #include "transport/peer_lanes.h"
 #include "transport/tcp/tcp_connect.h"
@@ -48,8 +50,10 @@ class ShmTransport final : public Transport, public PeerGroup {
   // and for ranks that are not members). `members`: the ranks on this host, this one included,
   // ascending. Creates this rank's inbox, maps every member's (names exchanged through `store`)
   // and unlinks its own name once all members have mapped it.
+  // `silent`: the heartbeat's verdicts (Note [heartbeat]), or null without one.
   ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std::vector<int> members,
-               const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline);
+               const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline,
+               std::shared_ptr<const SilentPeers> silent = nullptr);
   // Says goodbye on every socket and unmaps the segments.
   ~ShmTransport() override;
   ShmTransport(const ShmTransport&) = delete;
@@ -104,6 +108,7 @@ class ShmTransport final : public Transport, public PeerGroup {
   SpinHistory spin_history_;     // Note [spin, then block]
   PeerLanes<Lane> lanes_;        // the current transfer set's
   std::vector<int> polled_;      // the peer of each descriptor prepareWait/prepareIdle added
+  std::shared_ptr<const SilentPeers> silent_;
   std::optional<Error> broken_;
 };
 

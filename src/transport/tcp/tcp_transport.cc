@@ -20,10 +20,10 @@ namespace hora::transport::tcp {
 // this rank reads from it.
 
 TcpTransport::TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes,
-                           std::chrono::microseconds spin)
+                           std::chrono::microseconds spin, std::shared_ptr<const SilentPeers> silent)
     : rank_(rank), peers_(std::move(peers)), departed_(peers_.size(), false),
       chunk_bytes_(chunk_bytes), spin_(spin), scratch_(peers_.size()), lanes_(peers_.size()),
-      unwatched_(peers_.size(), false) {
+      unwatched_(peers_.size(), false), silent_(std::move(silent)) {
   for (auto& p : peers_)
     if (p.fd.valid()) common::setNonBlocking(p.fd.get());
 }
@@ -44,6 +44,9 @@ std::string TcpTransport::describePeer(int rank) const {
 }
 
 void TcpTransport::fail(Error error) {
+  // The heartbeat shut a silent peer's socket itself: its verdict is the cause, not a close.
+  if (silent_ && error.kind() == ErrorKind::kPeer)
+    if (auto verdict = silent_->anyVerdict()) error = PeerError(*verdict + "\n    (here: " + error.what() + ")");
   broken_ = error;
   rethrowAs(error);
 }

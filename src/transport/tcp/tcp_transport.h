@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "hora/errors.h"
+#include "transport/liveness/silent_peers.h"
 #include "transport/peer_group.h"
 #include "transport/peer_lanes.h"
 #include "transport/tcp/frame.h"
@@ -32,8 +33,10 @@ class TcpTransport final : public Transport, public PeerGroup {
  public:
   // `peers`: one entry per rank; this rank's and those of peers served elsewhere are empty.
   // spin: how long run() keeps retrying before it sleeps in poll() (Note [spin, then block]).
+  // silent: the heartbeat's verdicts (Note [heartbeat]), or null without one.
   TcpTransport(int rank, std::vector<PeerConnection> peers, size_t chunk_bytes,
-               std::chrono::microseconds spin = std::chrono::microseconds(0));
+               std::chrono::microseconds spin = std::chrono::microseconds(0),
+               std::shared_ptr<const SilentPeers> silent = nullptr);
   // Says goodbye to every peer (Note [peer liveness]) and closes the connections.
   ~TcpTransport() override;
 
@@ -90,6 +93,7 @@ class TcpTransport final : public Transport, public PeerGroup {
   PeerLanes<Lane> lanes_;        // the current transfer set's
   std::vector<bool> unwatched_;  // idle peers holding data of a later collective (Note [peer liveness])
   std::vector<int> polled_;      // the peer of each descriptor prepareWait/prepareIdle added
+  std::shared_ptr<const SilentPeers> silent_;
   std::optional<Error> broken_;
 };
 

@@ -142,6 +142,28 @@ TEST(ElasticPlanner, AMemberThatDoesNotRejoinWithinTheWindowIsStoppedAndBlacklis
   EXPECT_EQ(answerOf(g, "a:0"), "1 0 1");
 }
 
+TEST(ElasticPlanner, AMemberDeclaredDeadIsLeftBehindWithoutWaitingForTheWindow) {
+  Planner p(limits(1));
+  p.hosts({{"a", 1, true}, {"b", 1, true}, {"c", 1, true}});
+  p.join("a:0");
+  p.join("b:0");
+  p.join("c:0");
+  ASSERT_TRUE(p.tick().generation_formed);
+  p.join("a:0");
+  p.join("c:0");  // b:0 (rank 1) is stopped: a:0 and c:0's heartbeats declared it dead
+  EXPECT_FALSE(p.tick().generation_formed);
+  Decisions d;
+  p.get().declaredDead(1, "no heartbeat for 3.1 s", p.now(), d);
+  EXPECT_EQ(d.stop, (std::vector<std::string>{"b:0"}));
+  EXPECT_EQ(d.notes, (std::vector<std::string>{
+                         "host b is blacklisted for good: worker b:0 (rank 1 of generation 0) was declared dead by "
+                         "its peers: no heartbeat for 3.1 s; it is stopped"}));
+  const Decisions g = p.tick();  // no time passed: no join window
+  ASSERT_TRUE(g.generation_formed);
+  EXPECT_EQ(answerOf(g, "a:0"), "1 0 2");
+  EXPECT_EQ(answerOf(g, "c:0"), "1 1 2");
+}
+
 TEST(ElasticPlanner, ARemovedHostsWorkersAreToldRemovedAndTheOthersSkipNothing) {
   Planner p(limits(1));
   p.hosts({{"a", 1, true}, {"b", 1, true}});
