@@ -3,7 +3,7 @@
 #include "common/knobs.h"
 #include "common/socket.h"
 #include "launcher/host_resolution.h"
-#include "launcher/ps_servers.h"
+#include "launcher/server_plan.h"
 #include "launcher/remote.h"
 
 namespace hora::launcher {

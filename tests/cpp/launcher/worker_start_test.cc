@@ -10,7 +10,7 @@
 #include "expect_error.h"
 #include "launcher/host_plan.h"
 #include "launcher/hosts.h"
-#include "launcher/ps_servers.h"
+#include "launcher/server_plan.h"
 #include "launcher/worker_start.h"
 
 namespace hora::launcher {
