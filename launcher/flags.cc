@@ -63,8 +63,13 @@ constexpr FixedFlag kRefused[] = {
 void defineGeneralFlags(CLI::App& app, JobFlags& f) {
   app.add_option("-n,--num-proc", f.np, "Number of ranks to start (-np works too)");
   app.add_option("--servers", f.servers,
-                 "Parameter server processes to start beside the ranks, on this host (docs/parameter_servers.md)")
+                 "Parameter server processes to start beside the ranks, one per host of the job in turn "
+                 "(docs/parameter_servers.md)")
       ->check(CLI::Range(0, 4096));
+  app.add_option("--server-hosts", f.server_hosts,
+                 "Hosts for the parameter servers instead, as host:count,...: their own hosts or some of the "
+                 "ranks'; --servers defaults to the counts' sum")
+      ->group(kHosts);
   app.add_option("--start-timeout", f.start_timeout,
                  "Seconds for every rank to start and reach the rendezvous store")
       ->check(CLI::Range(1.0, 86400.0));

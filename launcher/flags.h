@@ -29,6 +29,7 @@ struct ElasticFlags {
 struct JobFlags {
   int np = 0;
   int servers = 0;  // --servers: parameter server processes beside the ranks
+  std::string server_hosts;  // --server-hosts: where they run, "host:count,..." (empty: the ranks' hosts)
   std::string hosts, hostfile;
   SshOptions ssh;
   std::string network_interface;  // HORA_IFACE, from --network-interface or --knob HORA_IFACE

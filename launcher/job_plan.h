@@ -14,14 +14,16 @@ namespace hora::launcher {
 struct JobPlan {
   std::vector<HostSlots> hosts;
   std::vector<Placement> placements;  // by rank
-  std::map<std::string, bool> local;  // by host: this machine?
+  std::vector<std::string> server_hosts;  // by parameter server (placeServers)
+  std::map<std::string, bool> local;  // by host, of ranks and servers: this machine?
   std::string first_remote;           // empty when every host is local
   std::string store_host;             // the address the store listens on
 };
 
-// The hosts of resolveHosts (host_resolution.h), the ranks placed on them (placeRanks), and the
-// store's address: loopback for a job of this host, else this host's address on the route to
-// the first remote host (or on --network-interface). InvalidArgumentError as those say.
+// The hosts of resolveHosts (host_resolution.h), the ranks placed on them (placeRanks), the
+// parameter servers' hosts (placeServers), and the store's address: loopback for a job of this host, else this host's address on the route to
+// the first remote host of a rank or server (or on
+// --network-interface). InvalidArgumentError as those say.
 JobPlan planJob(const JobFlags& f);
 
 }  // namespace hora::launcher

@@ -30,13 +30,13 @@ using namespace hora::launcher;
 
 int run(const JobFlags& f) {
   try {
-    if (f.servers > 0 && (f.elastic.enabled() || f.mpi))
-      throw hora::InvalidArgumentError("--servers cannot be combined with an elastic job or --mpi yet");
+    if ((f.servers > 0 || !f.server_hosts.empty()) && (f.elastic.enabled() || f.mpi))
+      throw hora::InvalidArgumentError("--servers and --server-hosts cannot be combined with an elastic job or --mpi yet");
     if (f.elastic.enabled()) return runElasticJob(f, workerEnvironment(f));
     const JobPlan plan = planJob(f);
     if (f.mpi) return runMpirunJob(f, plan, workerEnvironment(f));
     std::map<std::string, std::string> env = workerEnvironment(f);
-    if (f.servers > 0) env["HORA_PS_SERVERS"] = std::to_string(f.servers);
+    if (!plan.server_hosts.empty()) env["HORA_PS_SERVERS"] = std::to_string(plan.server_hosts.size());
     return runStaticJob(f, plan, env);
   } catch (const hora::InvalidArgumentError& e) {
     std::cerr << "horarun: " << e.what() << "\n";

@@ -73,19 +73,15 @@ class StartWatch {
 
 }  // namespace
 
-// The name this host's ranks know it by, so that parameter servers share memory with them.
-std::string firstLocalHost(const JobPlan& plan) {
-  for (const auto& p : plan.placements)
-    if (plan.local.at(p.host)) return p.host;
-  return "";  // every rank is remote: the server's own hostname (gethostname)
-}
-
-// --servers K: the parameter servers, numbered after the ranks in the same WorkerSet.
-void startServers(const JobFlags& f, const JobPlan& plan, const Env& env, int store_port, const std::string& secret,
-                  WorkerSet& workers) {
-  for (const auto& spec : serverSpecs(f.np, f.servers, env, firstLocalHost(plan), plan.store_host, store_port, secret)) {
+// --servers / --server-hosts: the parameter servers, numbered after the ranks in the same WorkerSet.
+void startServers(const JobFlags& f, const JobPlan& plan, const Env& env, const WorkerStart& start, int store_port,
+                  const std::string& secret, WorkerSet& workers) {
+  const auto servers = serverWorkers(f.np, plan.server_hosts, env, plan.placements, start.is_local, start.horarun,
+                                     storeVariables(plan.store_host, store_port, secret));
+  for (const auto& spec : workerSpecs(servers, start)) {
+    if (f.verbose) std::cerr << "horarun: parameter server " << spec.rank - f.np << " on " << spec.host << "\n";
     workers.start(spec);
-    workers.relabel(spec.rank, "ps" + std::to_string(spec.rank - f.np));
+    if (spec.agent_ranks.empty()) workers.relabel(spec.rank, "ps" + std::to_string(spec.rank - f.np));
   }
 }
 
@@ -109,11 +105,12 @@ int runStaticJob(const JobFlags& f, const JobPlan& plan, const Env& env) {
                 << spec.host << " (ssh, one host agent)\n";
     workers.start(spec);
   }
-  startServers(f, plan, env, store.port(), secret, workers);
+  startServers(f, plan, env, start, store.port(), secret, workers);
+  const int servers = static_cast<int>(plan.server_hosts.size());
   bool servers_stopped = false;
   auto result = workers.wait([&] {
     std::string why = watch();
-    return why.empty() ? stopServersWhenRanksEnd(workers, f.np, f.servers, servers_stopped) : why;
+    return why.empty() ? stopServersWhenRanksEnd(workers, f.np, servers, servers_stopped) : why;
   });
   nameFailedServer(result, f.np);
   // A host agent that failed left the rank and the reason in the store.

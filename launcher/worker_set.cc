@@ -228,6 +228,8 @@ JobResult WorkerSet::wait(const std::function<std::string()>& check) {
       signalAll(SIGKILL);  // a worker that ignores the forwarded signal does not hold the job
       kill_at.reset();
     }
+    for (const auto& [stopped_pid, at] : kill_at_)  // stop()ped, and still there after grace
+      if (std::chrono::steady_clock::now() >= at) ::kill(-stopped_pid, SIGKILL);
     int status = 0;
     const pid_t pid = ::waitpid(-1, &status, WNOHANG);
     if (pid == 0 || (pid < 0 && errno == EINTR)) continue;
@@ -239,9 +241,11 @@ JobResult WorkerSet::wait(const std::function<std::string()>& check) {
     const std::vector<int> agent_ranks = it->second.agent_ranks;
     forget(pid);
     ::kill(-pid, SIGKILL);  // leftovers of a finished worker's process group
-    // After a forwarded signal the workers' own exit codes are its echo (ssh exits 255 on
-    // SIGTERM, a local worker 143), not a failure: the job's code stays 128 + the signal.
-    const bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    // A worker stop()ped on purpose ends as it may (an ssh exits 255 on SIGTERM). After a
+    // forwarded signal the workers' own exit codes are its echo (ssh 255, a local worker 143),
+    // not a failure: the job's code stays 128 + the signal.
+    const bool stopped = kill_at_.erase(pid) > 0;
+    const bool failed = !stopped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     if (failed && result.failed_rank < 0 && !interrupted) {
       result.failed_rank = rank;
       result.exit_code = exitCodeOf(status);

@@ -67,7 +67,8 @@ class WorkerSet {
   // Forwards output for up to `wait`, then returns the workers that exited meanwhile; the
   // others go on. Workers stopped with stop() get SIGKILL once `grace` has passed.
   std::vector<Exit> reap(std::chrono::milliseconds wait);
-  // SIGTERM to the worker (or the host agent) `rank`, SIGKILL after `grace`.
+  // SIGTERM to the worker (or the host agent) `rank`, SIGKILL after `grace`; its exit, whatever
+  // its code, does not fail the job in wait().
   void stop(int rank);
   // Stops every worker (TERM, then KILL after `grace`) and waits for them.
   void stopAll();

@@ -45,35 +45,40 @@ Env storeVariables(const std::string& address, int port, const std::string& secr
 
 std::vector<WorkerSpec> workerSpecs(const std::vector<Worker>& workers, const WorkerStart& start) {
   std::vector<WorkerSpec> specs;
-  std::map<std::string, HostPlan> remote;
-  std::vector<std::string> remote_order;
+  // One host agent per remote host and command: the ranks of a host share one, and so do the
+  // parameter servers there (whose command differs).
+  using AgentKey = std::pair<std::string, std::vector<std::string>>;
+  std::map<AgentKey, HostPlan> remote;
+  std::vector<AgentKey> remote_order;
   for (const auto& w : workers) {
+    const std::vector<std::string>& command = w.command.empty() ? start.command : w.command;
     if (start.is_local(w.host)) {
       WorkerSpec spec;
       spec.rank = w.number;
       spec.host = w.host;
       spec.name = w.name;
-      spec.argv = start.command;
+      spec.argv = command;
       spec.env = w.env;
       specs.push_back(std::move(spec));
       continue;
     }
-    auto [plan, first] = remote.try_emplace(w.host);
-    if (first) remote_order.push_back(w.host);
+    AgentKey key{w.host, command};
+    auto [plan, first] = remote.try_emplace(key);
+    if (first) remote_order.push_back(key);
     plan->second.host = w.host;
     plan->second.grace_ms = start.grace_ms;
-    plan->second.command = start.command;
+    plan->second.command = command;
     Env env = w.env;
     for (const auto& [k, v] : start.forwarded) env.emplace(k, v);
     plan->second.ranks.push_back({w.number, std::move(env)});
   }
-  for (const auto& host : remote_order) {
-    const HostPlan& plan = remote.at(host);
+  for (const auto& key : remote_order) {
+    const HostPlan& plan = remote.at(key);
     WorkerSpec spec;
     spec.rank = plan.ranks.front().rank;
-    spec.host = host;
+    spec.host = key.first;
     for (const auto& r : plan.ranks) spec.agent_ranks.push_back(r.rank);
-    spec.argv = sshHostAgentArgv(host, start.ssh, start.cwd, start.horarun);
+    spec.argv = sshHostAgentArgv(key.first, start.ssh, start.cwd, start.horarun);
     spec.stdin_data = encodeHostPlan(plan);
     specs.push_back(std::move(spec));
   }

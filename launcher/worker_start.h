@@ -26,6 +26,7 @@ struct Worker {
   std::string host;  // as -H names it
   std::string name;  // how messages name it; empty: "rank <number>"
   Env env;           // its variables, beside (and over) the job's
+  std::vector<std::string> command;  // empty: the job's (a parameter server runs horarun's own)
 };
 
 // What every worker of a job shares.
@@ -49,7 +50,7 @@ Env rankVariables(const Placement& p);
 Env storeVariables(const std::string& address, int port, const std::string& secret);
 
 // The specs that start `workers`: one per worker of this host, in their order, then one per
-// remote host (in the order of its first worker) running all of that host's workers.
+// remote host and command (in the order of its first worker) running all of those workers.
 std::vector<WorkerSpec> workerSpecs(const std::vector<Worker>& workers, const WorkerStart& start);
 
 }  // namespace hora::launcher

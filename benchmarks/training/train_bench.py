@@ -115,8 +115,11 @@ def worker(args):
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
     if kind == "hora":
         compression = hvd.Compression.fp16 if args.fp16 else hvd.Compression.none
-        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression)
         hvd.broadcast_parameters(model.state_dict(), 0)
+        # mode/max_staleness: the parameter servers' modes (benchmarks/ps/ps_tbf.py).
+        opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters(), compression=compression,
+                                       mode=args.mode, max_staleness=None if args.max_staleness < 0 else
+                                       args.max_staleness)
     elif kind.startswith("ddp"):
         # Broadcasts rank 0's parameters and buffers now, and its buffers again before every
         # forward (broadcast_buffers: WRN's BatchNorm statistics; hora leaves them per rank).
@@ -198,14 +201,20 @@ def worker(args):
     else:
         x = torch.randn(batch, 1, 28, 28)
         y = torch.randint(0, 10, (batch,))
+        # --straggler f: the last rank idles f times its own compute time before each update
+        # (a worker on a slower machine).
+        straggle = args.straggler if rank == size - 1 else 0.0
 
         def step():
             opt.zero_grad()
+            begun = time.time()
             if kind == "ddp-nosync":
                 with model.no_sync():
                     F.cross_entropy(model(x), y).backward()
             else:
                 F.cross_entropy(model(x), y).backward()
+            if straggle:
+                time.sleep(straggle * (time.time() - begun))
             opt.step()
 
         for _ in range(args.warmup):
@@ -214,9 +223,11 @@ def worker(args):
         cpu_start, start = thread_cpu(), time.time()
         for _ in range(args.steps):
             step()
+        own = time.time() - start  # this rank's steps alone (in ps-async the others may still run)
         barrier()
         elapsed, cpu_end = time.time() - start, thread_cpu()
-        result.update(seconds=elapsed, steps=args.steps, images_per_sec=args.steps * batch * size / elapsed,
+        result.update(seconds=elapsed, own_seconds=own, batch=batch, steps=args.steps,
+                      images_per_sec=args.steps * batch * size / elapsed,
                       threads=cpu_window(cpu_start, cpu_end, framework_threads))
     print("RESULT " + json.dumps(result), flush=True)  # every rank: each has its own threads
     if kind == "hora":
@@ -279,10 +290,11 @@ def run_job(commands, ranks, timeout, grace=15):
 
 
 def worker_argv(kind, model, width, steps, warmup, threads=1, target=0.0, eval_every=50, fp16=False,
-                python=sys.executable):
+                python=sys.executable, mode="allreduce", max_staleness=-1, straggler=0.0):
     return [python, os.path.abspath(__file__), "--worker", kind, "--model", model, "--width", str(width),
             "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--target", str(target),
-            "--eval-every", str(eval_every)] + (["--fp16"] if fp16 else [])
+            "--eval-every", str(eval_every), "--mode", mode, "--max-staleness", str(max_staleness),
+            "--straggler", str(straggler)] + (["--fp16"] if fp16 else [])
 
 
 def free_port():
@@ -438,6 +450,9 @@ def main():
     ap.add_argument("--model", default="cnn", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--fp16", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="allreduce", help=argparse.SUPPRESS)
+    ap.add_argument("--max-staleness", type=int, default=-1, help=argparse.SUPPRESS)
+    ap.add_argument("--straggler", type=float, default=0.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         return worker(args)

@@ -88,4 +88,6 @@ bool Channel::waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) {
   return connection_.transport->waitForIncoming(timeout, wake_fd);
 }
 
+bool Channel::peerDeparted() const { return connection_.transport->departed(peer_); }
+
 }  // namespace hora::ps

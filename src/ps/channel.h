@@ -37,6 +37,9 @@ class Channel {
   void receivePayload(void* data, size_t bytes, const common::Deadline& deadline);
   // Until the other side sent something (or left), `wake_fd` is readable, or `timeout`.
   bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd);
+  // The other side closed its connection cleanly (a transport goodbye), which waitForIncoming
+  // does not wake for: after a timeout, whether it did.
+  bool peerDeparted() const;
 
   const std::string& who() const { return who_; }
   // A send or receive failed: the transport is broken and the channel can carry nothing more.

@@ -19,6 +19,9 @@ namespace hora::ps {
 
 namespace {
 
+// How often an idle session looks whether its worker closed the connection without a bye.
+constexpr std::chrono::milliseconds kDepartureLook{250};
+
 // A channel's waits never spin: a server's sessions would take cores from the workers they
 // wait for, and a worker waits for a server that may be summing other workers' pushes.
 CommunicatorOptions quiet(CommunicatorOptions o) {
@@ -126,9 +129,13 @@ void Server::session(int worker) {
 
 bool Server::serve(Channel& channel, int worker, uint64_t& step) {
   // Between requests a worker computes for as long as it likes: wait without a deadline, but
-  // wake for a broken connection (counts as incoming) or stop().
-  while (!channel.waitForIncoming(std::chrono::milliseconds(1000), wake_.get())) {
+  // wake for a broken connection (counts as incoming) or stop(), and look every kDepartureLook
+  // whether the worker closed its connection without a bye (a client that failed half way
+  // through connecting, say), which is no incoming message: a worker gone as any other.
+  while (!channel.waitForIncoming(kDepartureLook, wake_.get())) {
     if (stopping_) return false;
+    if (channel.peerDeparted())
+      channel.fail(PeerError("closed its connection without saying goodbye (no bye message)"));
   }
   if (stopping_) return false;
   const auto deadline = common::Deadline::after(options_.options.timeout);

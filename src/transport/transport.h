@@ -88,6 +88,10 @@ class Transport {
   // message of a collective another rank entered; a lost peer counts too), `wake_fd` (if >= 0)
   // is readable, or `timeout` passes. Reads nothing. Returns false on timeout.
   virtual bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) = 0;
+
+  // Whether `peer` said goodbye (closed its end cleanly), as far as this rank's waits have seen:
+  // waitForIncoming does not wake for a goodbye, so a rank that waits for one peer alone asks.
+  virtual bool departed(int peer) const = 0;
 };
 
 }  // namespace hora::transport

@@ -20,8 +20,12 @@ Where the gradients are reduced depends on what model.fit calls (keras_version.p
 
 import warnings
 
+import tensorflow as tf
+
 import hora.tensorflow as hvd
+from hora.common.parameter_servers import ALLREDUCE, PS_ASYNC, PS_SYNC, check_mode
 from hora.tensorflow.gradient_aggregation import LocalAggregator
+from hora._keras import ps as _ps
 from hora._keras.gradients import GradientReducer
 from hora._keras.keras_version import keras_generation
 
@@ -53,6 +57,8 @@ class _DistributedBase:
                                              s.sparse_as_dense, s.op, s.gradient_predivide_factor, s.groups,
                                              s.process_set, s.scale_local_gradients)
         self._hora_aggregator = None
+        # mode="ps-sync"/"ps-async": the job's parameter servers instead of the reducer.
+        self._hora_ps = None if s.mode == ALLREDUCE else _ps.KerasParameterServers(s.mode, s.op, s.max_staleness, self)
         if s.backward_passes_per_step > 1:
             self._hora_aggregator = LocalAggregator(s.backward_passes_per_step, s.average_aggregated_gradients,
                                                     self._hora_reducer, s.sparse_as_dense)
@@ -66,14 +72,32 @@ class _DistributedBase:
         base = super().variables
         return CallableList(base() if callable(base) else base)
 
+    @property
+    def parameter_server_step(self):
+        """In a parameter server mode, the last step's PsStep (step, slowest, version), else None."""
+        return None if self._hora_ps is None else self._hora_ps.last_step
+
     def register_local_var(self, var):
         """Registers a variable as worker-local: its gradient is not reduced across ranks (and,
         with scale_local_gradients, is divided by the size instead)."""
+        if self._hora_ps is not None:
+            raise ValueError(f"mode={self._hora_settings.mode!r} has no worker-local variables yet")
         self._hora_reducer.register_local_var(var)
+
+    def _hora_async(self):
+        return self._hora_ps is not None and self._hora_ps.mode == PS_ASYNC
+
+    def _hora_apply_on_servers(self, grads, variables):
+        """ps-async: the servers apply the gradients; the variables take their parameters."""
+        update = self._hora_ps.apply(grads, variables)
+        with tf.control_dependencies([update]):
+            return self.iterations.assign_add(1)
 
     def _hora_gradients(self, grads, variables):
         """The gradients this step applies: reduced now, or summed locally first when
-        backward_passes_per_step > 1."""
+        backward_passes_per_step > 1. In ps-async, as computed (the servers apply them)."""
+        if self._hora_ps is not None:
+            return self._hora_ps.reduce(grads, variables) if self._hora_ps.mode == PS_SYNC else list(grads)
         if self._hora_aggregator is not None:
             return self._hora_aggregator.gradients(grads, variables)
         return self._hora_reducer(grads, variables)
@@ -98,6 +122,9 @@ class _Keras2Hooks(_DistributedBase):
         return list(zip(self._hora_gradients(grads, variables), variables))
 
     def apply_gradients(self, grads_and_vars, *args, **kwargs):
+        if self._hora_async():
+            grads, variables = zip(*grads_and_vars)
+            return self._hora_apply_on_servers(grads, variables)
         if self._hora_aggregator is None:
             return super().apply_gradients(grads_and_vars, *args, **kwargs)
         grads_and_vars = list(grads_and_vars)  # a zip is read by both branches below
@@ -112,6 +139,9 @@ class _Keras3Hooks(_DistributedBase):
     def apply(self, grads, trainable_variables=None):
         # Without variables, Keras 3 applies to the ones the optimizer was built with.
         variables = list(trainable_variables) if trainable_variables is not None else self._trainable_variables
+        if self._hora_async():
+            self._hora_apply_on_servers(list(grads), variables)
+            return
         grads = self._hora_gradients(grads, variables)
         if self._hora_aggregator is None:
             return super().apply(grads, trainable_variables)
@@ -149,7 +179,8 @@ def check_groups(groups):
 def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
                          compression=hvd.Compression.none, sparse_as_dense=False, gradient_predivide_factor=1.0,
                          op=hvd.Average, backward_passes_per_step=1, average_aggregated_gradients=False,
-                         num_groups=0, groups=None, process_set=hvd.global_process_set, scale_local_gradients=True):
+                         num_groups=0, groups=None, process_set=hvd.global_process_set, scale_local_gradients=True,
+                         mode=ALLREDUCE, max_staleness=None):
     """Wraps a Keras optimizer so that every rank applies the same gradients: each gradient is
     reduced across the ranks (averaged by default) before the wrapped optimizer applies it.
 
@@ -182,19 +213,33 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         process_set: reduce over the ranks of this ProcessSet only (default: every rank).
         scale_local_gradients: divide the gradients of variables registered as worker-local
             (register_local_var) by the size, as the reduced ones are averaged (default True).
+        mode: how gradients travel: "allreduce" (the default), or through the job's parameter
+            servers (horarun --servers K; docs/parameter_servers.md): "ps-sync" (the servers sum,
+            every worker gets the same mean: allreduce's result) or "ps-async" (the servers apply
+            each worker's gradients at once with SGD, and the worker takes their parameters; a
+            Keras SGD with a constant learning rate only). float32 variables.
+        max_staleness: with "ps-async", no worker runs more than this many steps ahead of the
+            slowest (None: no bound).
     """
     check_op(op)
+    check_mode(mode, max_staleness)
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
                       DeprecationWarning)
         if groups is None:
             groups = num_groups
     check_groups(groups)
+    if mode != ALLREDUCE:
+        _ps.check_arguments(mode, compression, gradient_predivide_factor, backward_passes_per_step, groups,
+                            process_set)
+        if mode == PS_ASYNC:
+            _ps.server_sgd_options(optimizer)  # refused now rather than at the first step
     return create(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                   gradient_predivide_factor=gradient_predivide_factor, op=op,
                   backward_passes_per_step=backward_passes_per_step,
                   average_aggregated_gradients=average_aggregated_gradients, groups=groups,
-                  process_set=process_set, scale_local_gradients=scale_local_gradients)
+                  process_set=process_set, scale_local_gradients=scale_local_gradients, mode=mode,
+                  max_staleness=max_staleness)
 
 
 def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",

@@ -29,6 +29,9 @@ class HybridTransport final : public Transport {
   std::string describePeer(int rank) const override;
   void run(std::span<Transfer> transfers, const OpTag& tag, const common::Deadline& deadline) override;
   bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) override;
+  bool departed(int peer) const override {
+    return local_->serves(peer) ? local_->departed(peer) : remote_->departed(peer);
+  }
 
  private:
   std::unique_ptr<shm::ShmTransport> local_;

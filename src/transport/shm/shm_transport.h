@@ -65,6 +65,7 @@ class ShmTransport final : public Transport, public PeerGroup {
   std::string describePeer(int rank) const override;
   void run(std::span<Transfer> transfers, const OpTag& tag, const common::Deadline& deadline) override;
   bool waitForIncoming(std::chrono::milliseconds timeout, int wake_fd) override;
+  bool departed(int peer) const override { return serves(peer) && departed_[static_cast<size_t>(peer)]; }
 
   // PeerGroup
   bool serves(int peer) const override;

@@ -10,6 +10,7 @@
 #include "expect_error.h"
 #include "launcher/host_plan.h"
 #include "launcher/hosts.h"
+#include "launcher/server_plan.h"
 #include "launcher/worker_start.h"
 
 namespace hora::launcher {
@@ -121,6 +122,63 @@ TEST(WorkerStart, EachRemoteHostGetsOneHostAgentRunningItsWorkers) {
   EXPECT_EQ(plan.ranks[1].env.at("HORA_RANK"), "4");
   EXPECT_EQ(plan.ranks[1].env.at("PATH"), "/venv/bin");
   EXPECT_EQ(plan.ranks[1].env.at("HORA_FUSION_THRESHOLD"), "1M");  // the worker's own wins
+}
+
+// --servers K alone: the ranks' hosts in turn; --server-hosts: the listed hosts in turn while
+// each has room.
+TEST(ServerPlacement, OnTheRanksHostsInTurnOrOnTheListedHosts) {
+  const auto ranks = placeRanks({{"a", 2, true}, {"b", 2, true}}, 4);
+  using Hosts = std::vector<std::string>;
+  EXPECT_EQ(placeServers("", 0, ranks), Hosts{});
+  EXPECT_EQ(placeServers("", 2, ranks), (Hosts{"a", "b"}));
+  EXPECT_EQ(placeServers("", 3, ranks), (Hosts{"a", "b", "a"}));
+  EXPECT_EQ(placeServers("", 2, placeRanks({{"a", 4, true}}, 2)), (Hosts{"a", "a"}));  // b had no rank
+  EXPECT_EQ(placeServers("c:1,d:1", 0, ranks), (Hosts{"c", "d"}));
+  EXPECT_EQ(placeServers("c:3,d:1", 0, ranks), (Hosts{"c", "d", "c", "c"}));
+  EXPECT_EQ(placeServers("c:3,d:1", 2, ranks), (Hosts{"c", "d"}));
+  EXPECT_EQ(placeServers("b:1,c", 2, ranks), (Hosts{"b", "c"}));  // a rank's host may serve too
+  testing::expectInvalid([&] { placeServers("c:1,d:1", 3, ranks); }, "--servers 3 is more than the 2");
+  testing::expectInvalid([&] { placeServers("c:1,c:2", 0, ranks); }, "lists host c twice");
+}
+
+// Servers are workers with horarun's own command: forked here, and on a remote host started by
+// a host agent of their own beside the ranks' agent there.
+TEST(ServerPlacement, ServersRunHorarunAndGetTheirOwnAgentOnARemoteHost) {
+  WorkerStart start = startHere();
+  const auto ranks = placeRanks({{"here", 1, true}, {"b", 1, true}}, 2);
+  const Env store = storeVariables("10.0.0.1", 4321, "s3cret");
+  const auto servers = serverWorkers(2, {"localhost", "b", "c"}, {{"HORA_RANK", "9"}, {"X", "y"}}, ranks,
+                                     [](const std::string& h) { return h == "here" || h == "localhost"; },
+                                     start.horarun, store);
+  ASSERT_EQ(servers.size(), 3u);
+  for (int k = 0; k < 3; ++k) {
+    const auto& s = servers[static_cast<size_t>(k)];
+    EXPECT_EQ(s.number, 2 + k);
+    EXPECT_EQ(s.name, "parameter server " + std::to_string(k));
+    EXPECT_EQ(s.command, (std::vector<std::string>{"/opt/bin/horarun", kPsServerFlag}));
+    EXPECT_EQ(s.env.at("HORA_PS_SERVER_INDEX"), std::to_string(k));
+    EXPECT_EQ(s.env.at("HORA_SIZE"), "2");
+    EXPECT_EQ(s.env.at("HORA_PS_SERVERS"), "3");
+    EXPECT_EQ(s.env.at("HORA_SECRET"), "s3cret");
+    EXPECT_EQ(s.env.at("X"), "y");
+    EXPECT_EQ(s.env.count("HORA_RANK"), 0u);
+  }
+  EXPECT_EQ(servers[0].env.at("HORA_HOSTNAME"), "here");  // this machine's ranks' name: shared memory
+  EXPECT_EQ(servers[1].env.at("HORA_HOSTNAME"), "b");
+  std::vector<Worker> all{{0, "here", "", {}}, {1, "b", "", {}}};
+  all.insert(all.end(), servers.begin(), servers.end());
+  start.is_local = [](const std::string& h) { return h == "here" || h == "localhost"; };
+  const auto specs = workerSpecs(all, start);
+  ASSERT_EQ(specs.size(), 5u);  // rank 0 and server 0 forked; agents: b's ranks, b's server, c's server
+  EXPECT_EQ(specs[1].argv, (std::vector<std::string>{"/opt/bin/horarun", kPsServerFlag}));
+  EXPECT_EQ(specs[2].agent_ranks, (std::vector<int>{1}));
+  EXPECT_EQ(decodeHostPlan(specs[2].stdin_data).command, (std::vector<std::string>{"python", "train.py"}));
+  EXPECT_EQ(specs[3].host, "b");
+  EXPECT_EQ(specs[3].agent_ranks, (std::vector<int>{3}));
+  EXPECT_EQ(decodeHostPlan(specs[3].stdin_data).command,
+            (std::vector<std::string>{"/opt/bin/horarun", kPsServerFlag}));
+  EXPECT_EQ(specs[4].host, "c");
+  EXPECT_EQ(specs[4].agent_ranks, (std::vector<int>{4}));
 }
 
 }  // namespace

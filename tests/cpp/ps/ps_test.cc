@@ -18,6 +18,7 @@
 #include "harness.h"
 #include "hora/errors.h"
 #include "hora/ps.h"
+#include "ps/channel.h"
 #include "ps/server.h"
 #include "ps/shard_state.h"
 #include "ps/sharding.h"
@@ -339,6 +340,19 @@ HORA_WORKER_SCENARIO(ps_stepping_job) {
   const int rank = envInt("HORA_RANK", 0), workers = envInt("PS_WORKERS", 2), servers = envInt("PS_SERVERS", 1);
   if (rank >= workers) return runServerRole(rank - workers, workers);
   const bool async = std::getenv("PS_ASYNC") != nullptr;
+  if (rank == envInt("PS_RUDE_RANK", -1)) {
+    // Connects to every server, then closes its connections cleanly but with no bye message,
+    // as a client that failed half way through its start would.
+    const PsJob job = workerJob(rank, workers, servers);
+    std::vector<std::unique_ptr<ps::Channel>> channels;
+    for (int k = 0; k < servers; ++k)
+      channels.push_back(std::make_unique<ps::Channel>(ps::Channel::Side::kWorker, k, rank, job.hostname,
+                                                       job.rendezvous, job.options, "server"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(envInt("PS_RUDE_AFTER_MS", 300)));
+    channels.clear();
+    std::printf("closed without bye\n");
+    return 0;
+  }
   const int steps = envInt("PS_STEPS", 100000);
   const int sleep_ms = envInt(("PS_SLEEP_MS_" + std::to_string(rank)).c_str(), 5);
   try {
@@ -403,6 +417,36 @@ TEST(PsFaults, KilledAsyncWorkerDoesNotStopTheOthers) {
     EXPECT_EQ(outcomes[static_cast<size_t>(r)].exit_code, 0) << "server " << r - 3 << ":\n" << outcomes[static_cast<size_t>(r)].output;
     EXPECT_NE(outcomes[static_cast<size_t>(r)].output.find("worker 2 is gone"), std::string::npos);
   }
+}
+
+// A worker that closes its connections without a bye: in sync mode every other worker gets an
+// error naming it within seconds (the server no longer waits for it); in async mode the others
+// finish and the servers exit cleanly.
+TEST(PsFaults, WorkerClosingWithoutByeIsNoticed) {
+  for (const std::string transport : {"auto", "tcp"}) {
+    ProcessJob job(5, "ps_stepping_job",
+                   {{"PS_WORKERS", "3"}, {"PS_SERVERS", "2"}, {"PS_RUDE_RANK", "1"}, {"HORA_TRANSPORT", transport},
+                    {"HORA_TIMEOUT_SECONDS", "60"}});
+    const auto outcomes = job.wait(60s);
+    const auto closed_at = outcomes[1].ended;
+    EXPECT_NE(outcomes[1].output.find("closed without bye"), std::string::npos) << outcomes[1].output;
+    for (int w : {0, 2}) {
+      const auto& o = outcomes[static_cast<size_t>(w)];
+      EXPECT_EQ(o.exit_code, 10 + static_cast<int>(ErrorKind::kPeer)) << transport << " worker " << w << ":\n"
+                                                                        << o.output;
+      EXPECT_NE(o.output.find("worker 1 died"), std::string::npos) << o.output;
+      EXPECT_NE(o.output.find("without saying goodbye"), std::string::npos) << o.output;
+      EXPECT_LT(o.ended - closed_at, 5s) << transport << " worker " << w << " took too long to hear of it";
+    }
+  }
+  ProcessJob job(5, "ps_stepping_job",
+                 {{"PS_WORKERS", "3"}, {"PS_SERVERS", "2"}, {"PS_RUDE_RANK", "1"}, {"PS_ASYNC", "1"},
+                  {"PS_STALENESS", "2"}, {"PS_STEPS", "20"}, {"HORA_TIMEOUT_SECONDS", "60"}});
+  const auto outcomes = job.wait(60s);
+  for (int r : {0, 2, 3, 4})
+    EXPECT_EQ(outcomes[static_cast<size_t>(r)].exit_code, 0) << "process " << r << ":\n"
+                                                             << outcomes[static_cast<size_t>(r)].output;
+  EXPECT_NE(outcomes[0].output.find("done"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,136 @@
+#!/usr/bin/env python3
+"""Parameter servers against allreduce across namespace hosts with tbf-capped links (ps_tbf.sh
+sets the hosts up): training step time of one model for allreduce, ps-sync, ps-async and
+ps-async with max_staleness 2 and 8, for each number of workers and servers asked, with and
+without a straggler. Every configuration once per round, rounds repeated (interleaved).
+
+  ps_tbf.py run --ns NS... --ips IP... --ssh-key KEY --rate 1gbit --out FILE
+                [--workers 2 4] [--servers 1 2] [--stragglers 0 0.5] [--model cnn] [--repeat 3]
+  ps_tbf.py table FILE... [--json ALL]
+
+Placement: worker r on host r (one rank per host), server k on host W + k (a host of its own,
+--server-hosts), all started by horarun from the first host over ssh. The workers are
+benchmarks/training/train_bench.py's (random data). A straggler fraction f makes the last worker
+idle f times its own compute time each step.
+
+Figures per run: the job's images/s (each worker's images over its own timed steps, summed:
+in ps-async the workers do not wait for each other) and rank 0's step time (a worker that is
+not the straggler).
+"""
+
+import argparse
+import collections
+import json
+import os
+import signal
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks", "training"))
+import train_bench as tb  # noqa: E402  (the workers and the hang guard)
+
+# (label, mode, max_staleness)
+MODES = [("allreduce", "allreduce", -1), ("ps-sync", "ps-sync", -1), ("ps-async", "ps-async", -1),
+         ("staleness 2", "ps-async", 2), ("staleness 8", "ps-async", 8)]
+
+
+def configurations(args):
+    for model in args.models:
+        for workers in args.workers:
+            for straggler in args.stragglers:
+                for label, mode, staleness in MODES:
+                    for servers in ([0] if mode == "allreduce" else args.servers):
+                        yield dict(model=model, workers=workers, servers=servers, straggler=straggler, label=label,
+                                   mode=mode, max_staleness=staleness)
+
+
+def run_one(args, c, steps, warmup):
+    horarun = os.path.join(os.path.dirname(sys.executable), "horarun")
+    w, s = c["workers"], c["servers"]
+    hosts = ",".join(f"{ip}:1" for ip in args.ips[:w])
+    cmd = ["ip", "netns", "exec", args.ns[0], horarun, "-i", args.ssh_key, "-np", str(w), "-H", hosts,
+           "--start-timeout", "300", "-x", "HORA_LOG_LEVEL=error"]
+    if s:
+        cmd += ["--server-hosts", ",".join(f"{ip}:1" for ip in args.ips[w:w + s])]
+    cmd += tb.worker_argv("hora", c["model"], args.width, steps, warmup, mode=c["mode"],
+                          max_staleness=c["max_staleness"], straggler=c["straggler"])
+    ranks = tb.run_job([(cmd, dict(os.environ))], w, args.timeout)
+    for r in ranks:
+        if r.get("local_size") != 1 or r.get("cross_size") != w:
+            raise RuntimeError(f"rank {r['rank']}: local_size {r.get('local_size')}, cross_size {r.get('cross_size')}"
+                               f": the workers must be on {w} hosts")
+    return dict(images_per_sec=sum(r["batch"] * r["steps"] / r["own_seconds"] for r in ranks),
+                step_ms=ranks[0]["own_seconds"] / ranks[0]["steps"] * 1000,
+                slowest_step_ms=max(r["own_seconds"] / r["steps"] for r in ranks) * 1000)
+
+
+def run(args):
+    needed = max(args.workers) + max(args.servers)
+    if len(args.ns) < needed:
+        raise SystemExit(f"{needed} hosts needed, {len(args.ns)} given")
+    samples = []
+    for rep in range(args.repeat):
+        for c in configurations(args):
+            steps, warmup = args.steps or tb.DEFAULT_STEPS[c["model"]][0], args.warmup or tb.DEFAULT_STEPS[c["model"]][1]
+            print(f"{args.rate} round {rep + 1}/{args.repeat}: {c}", file=sys.stderr, flush=True)
+            samples.append(dict(c, rate=args.rate, round=rep, steps=steps, warmup=warmup,
+                                loadavg=os.getloadavg()[0], **run_one(args, c, steps, warmup)))
+            with open(args.out, "w") as f:  # after every run: a failure later keeps what was measured
+                json.dump({"args": vars(args), "samples": samples}, f, indent=1)
+
+
+def table(args):
+    samples = [s for path in args.files for s in json.load(open(path))["samples"]]
+    groups = collections.defaultdict(list)
+    for s in samples:
+        groups[s["rate"], s["model"], s["workers"], s["straggler"], s["label"], s["servers"]].append(s)
+    print("| link | model | workers | straggler | mode | servers | images/s (median) | runs | vs allreduce "
+          "| rank 0 step ms (median) | slowest worker step ms (median) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    med = lambda runs, key: statistics.median(r[key] for r in runs)
+    for key, runs in groups.items():
+        rate, model, workers, straggler, label, servers = key
+        base = groups.get((rate, model, workers, straggler, "allreduce", 0))
+        # Ratios of runs of one round (interleaved), then their median.
+        ratios = [r["images_per_sec"] / b["images_per_sec"] for r in runs for b in base or []
+                  if b["round"] == r["round"]]
+        each = " / ".join(f"{r['images_per_sec']:.1f}" for r in runs)
+        print(f"| {rate} | {model} | {workers} | {straggler:g} | {label} | {servers or '-'} | "
+              f"{med(runs, 'images_per_sec'):.1f} | {each} | "
+              f"{statistics.median(ratios):.2f} | {med(runs, 'step_ms'):.1f} | {med(runs, 'slowest_step_ms'):.1f} |")
+    loads = [s["loadavg"] for s in samples]
+    print(f"\n{len(samples)} runs; load average (1 min) at their starts: {min(loads):.1f}-{max(loads):.1f}.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"samples": samples}, f, indent=1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--ns", nargs="+", required=True, help="the hosts' network namespaces")
+    r.add_argument("--ips", nargs="+", required=True, help="their addresses, in the same order")
+    r.add_argument("--ssh-key", required=True)
+    r.add_argument("--rate", required=True, help="the links' cap, for the record")
+    r.add_argument("--out", required=True)
+    r.add_argument("--repeat", type=int, default=3)
+    r.add_argument("--models", nargs="+", default=["cnn"], choices=["cnn", "wrn"])
+    r.add_argument("--width", type=int, default=10)
+    r.add_argument("--workers", nargs="+", type=int, default=[2, 4])
+    r.add_argument("--servers", nargs="+", type=int, default=[1, 2])
+    r.add_argument("--stragglers", nargs="+", type=float, default=[0.0, 0.5])
+    r.add_argument("--steps", type=int, default=0, help="timed steps (default: CNN 60, WRN 6)")
+    r.add_argument("--warmup", type=int, default=0, help="warm-up steps (default: CNN 10, WRN 2)")
+    r.add_argument("--timeout", type=int, default=1800)
+    t = sub.add_parser("table")
+    t.add_argument("files", nargs="+")
+    t.add_argument("--json", default="")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # SystemExit: run_job stops the ranks
+    run(args) if args.command == "run" else table(args)
+
+
+if __name__ == "__main__":
+    main()

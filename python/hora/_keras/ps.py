@@ -1,0 +1,114 @@
+"""DistributedOptimizer(..., mode="ps-sync" | "ps-async") for Keras: gradients travel through the
+job's parameter servers (docs/parameter_servers.md) instead of allreduce.
+
+ps-sync: the gradients Keras computed are pushed and replaced by the servers' mean (op=Average)
+or sum (op=Sum) over the workers; the wrapped optimizer then applies them as after an allreduce.
+ps-async: the gradients are pushed, the servers apply them with their own SGD (the wrapped SGD's
+learning rate and momentum, read once) and answer with their parameters, which are assigned to
+the model's variables; the wrapped optimizer's own update does not run.
+
+The exchange is a tf.numpy_function, so it runs eagerly and inside the train step Keras traces;
+the client connects at the first step, when the variables are known."""
+
+import numpy as np
+import tensorflow as tf
+
+import hora.tensorflow as hvd
+from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClient
+
+
+def server_sgd_options(optimizer):
+    """(lr, momentum) of a Keras optimizer the servers can run; ValueError for any other.
+
+    Keras' SGD keeps v = m v - lr g, p += v; with a constant lr that is the servers' (torch's)
+    v = m v + g, p -= lr v, scaled by -lr."""
+    config = optimizer.get_config()
+    if type(optimizer).__name__ != "SGD":
+        raise ValueError(f"mode='ps-async' runs SGD on the servers: wrap a Keras SGD, not {type(optimizer).__name__}")
+    if config.get("nesterov"):
+        raise ValueError("mode='ps-async': the servers' SGD has no nesterov; set it to False")
+    for key in ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm"):
+        if config.get(key):
+            raise ValueError(f"mode='ps-async': the servers' SGD has no {key}; leave it unset")
+    lr = config.get("learning_rate")
+    if isinstance(lr, dict) or not np.isscalar(lr):  # a schedule is serialized as a dict
+        raise ValueError("mode='ps-async': the servers take a constant learning rate, not a schedule")
+    return float(lr), float(config.get("momentum", 0.0))
+
+
+def dense_float32(grad, variable):
+    """A gradient as the servers take it: dense float32 (zeros where Keras gave none)."""
+    dtype = tf.as_dtype(variable.dtype)  # Keras 3 names it as a string
+    if dtype.base_dtype != tf.float32:
+        raise ValueError(f"parameter server modes take float32 variables; {variable.name} is {dtype.name}")
+    if grad is None:
+        return tf.zeros(variable.shape, tf.float32)
+    return tf.convert_to_tensor(grad)
+
+
+class KerasParameterServers:
+    """This worker's exchange with the servers, for one optimizer."""
+
+    def __init__(self, mode, op, max_staleness, optimizer):
+        self.mode = mode
+        self.average = op == hvd.Average
+        self.max_staleness = max_staleness
+        self.lr, self.momentum = server_sgd_options(optimizer) if mode == PS_ASYNC else (0.0, 0.0)
+        self.client = None
+        self.last_step = None  # the last step's PsStep (this worker's step, the slowest, version)
+
+    def _connect(self, shapes, initial):
+        elements = [int(np.prod(s)) for s in shapes]
+        self.client = ParameterServerClient(elements, self.mode, average=self.average,
+                                            max_staleness=self.max_staleness, lr=self.lr, momentum=self.momentum,
+                                            initial=[a.ctypes.data for a in initial])
+
+    def _exchange(self, *arrays):
+        # numpy_function: the gradients, then (async) the variables' values; answers as many
+        # arrays as there are gradients.
+        n = len(arrays) // 2 if self.mode == PS_ASYNC else len(arrays)
+        grads = [np.ascontiguousarray(a, dtype=np.float32) for a in arrays[:n]]
+        if self.client is None:
+            # ps-async: the servers start from worker 0's values (registration overwrites these).
+            initial = [np.array(a, dtype=np.float32) for a in arrays[n:]] if self.mode == PS_ASYNC else []
+            self._connect([g.shape for g in grads], initial)
+        outputs = [np.empty_like(g) for g in grads]
+        self.last_step = self.client.step([g.ctypes.data for g in grads], [o.ctypes.data for o in outputs])
+        return outputs
+
+    def _call(self, tensors, variables):
+        out = tf.numpy_function(self._exchange, tensors, [tf.float32] * len(variables), stateful=True,
+                                name="hora_parameter_servers")
+        if not isinstance(out, (list, tuple)):  # one output comes back bare, not in a list
+            out = [out]
+        return [tf.reshape(o, v.shape) for o, v in zip(out, variables)]
+
+    def reduce(self, grads, variables):
+        """ps-sync: the workers' mean (or sum) of `grads`, in their order."""
+        variables = list(variables)
+        dense = [dense_float32(g, v) for g, v in zip(grads, variables)]
+        return self._call(dense, variables)
+
+    def apply(self, grads, variables):
+        """ps-async: pushes `grads` and assigns the servers' parameters to `variables`."""
+        variables = list(variables)
+        dense = [dense_float32(g, v) for g, v in zip(grads, variables)]
+        params = self._call(dense + [tf.convert_to_tensor(v) for v in variables], variables)
+        return tf.group(*[v.assign(p) for v, p in zip(variables, params)])
+
+    def close(self):
+        if self.client is not None:
+            self.client.close()
+
+
+def check_arguments(mode, compression, gradient_predivide_factor, backward_passes_per_step, groups, process_set):
+    """ValueError for the arguments the parameter server modes do not take (yet)."""
+    if compression is not hvd.Compression.none:
+        raise ValueError(f"mode={mode!r} does not compress gradients yet: use compression=Compression.none")
+    if gradient_predivide_factor != 1.0 or backward_passes_per_step != 1 or groups is not None \
+            or process_set is not hvd.global_process_set:
+        raise ValueError(f"mode={mode!r} takes no groups, process_set, gradient_predivide_factor or "
+                         "backward_passes_per_step > 1")
+
+
+__all__ = ["KerasParameterServers", "check_arguments", "PS_SYNC", "PS_ASYNC"]

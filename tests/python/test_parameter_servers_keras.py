@@ -1,0 +1,119 @@
+"""Parameter servers from hora.tensorflow.keras (docs/parameter_servers.md) under horarun --servers,
+under each Keras generation installed: ps-sync in model.fit gives what allreduce and numpy give,
+and ps-async in a custom loop follows an independent replay of the order the server applied the
+pushes in."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from test_parameter_servers import HORARUN, START, numpy_sync_reference
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Keras 2 (this venv's TensorFlow 2.15) and, when set up, Keras 3 (.venv-tf2's newest TensorFlow).
+PYTHONS = [sys.executable] + [p for p in [os.path.join(ROOT, ".venv-tf2", "bin", "python")] if os.path.exists(p)]
+
+
+def keras_job(python, workers, servers, script, out_dir, *args):
+    return subprocess.run([HORARUN, "-np", str(workers), "--servers", str(servers), *START, python, str(script),
+                           str(out_dir), *map(str, args)], capture_output=True, text=True, timeout=400)
+
+
+# The torch test's linear layer and data (numpy_sync_reference), as a Keras Dense layer whose
+# kernel is the transposed weight; one batch of 8 per step, 3 steps.
+SYNC = textwrap.dedent("""
+    import json, sys, numpy as np, tensorflow as tf
+    import hora.tensorflow.keras as hvd
+    out, steps = sys.argv[1], int(sys.argv[2])
+    hvd.init()
+    r = hvd.rank()
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    init = np.random.default_rng(0)
+    w = init.standard_normal((30, 40)).astype(np.float32)
+    b = init.standard_normal(30).astype(np.float32)
+    data = np.random.default_rng(100 + r)
+    x = data.standard_normal((8, 40)).astype(np.float32)
+    y = data.standard_normal((8, 30)).astype(np.float32)
+    result = {}
+    for mode in ("ps-sync", "allreduce"):
+        model = tf.keras.Sequential([tf.keras.Input((40,)), tf.keras.layers.Dense(30)])
+        model.layers[0].set_weights([w.T, b])
+        opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9), mode=mode)
+        model.compile(optimizer=opt, loss="mse")
+        model.fit(x, y, batch_size=8, epochs=steps, shuffle=False, verbose=0)
+        kernel, bias = model.layers[0].get_weights()
+        result[mode] = {"weight": kernel.T.tolist(), "bias": bias.tolist()}
+    json.dump(result, open(f"{out}/rank{r}.json", "w"))
+""")
+
+
+@pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
+def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python):
+    script = tmp_path / "sync.py"
+    script.write_text(SYNC)
+    workers, servers = 2, 2  # the kernel (1200 elements) is split across both servers
+    out = keras_job(python, workers, servers, script, tmp_path, 3)
+    assert out.returncode == 0, out.stdout + out.stderr
+    w, b = numpy_sync_reference(workers, 3)
+    for r in range(workers):
+        got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        for mode in ("ps-sync", "allreduce"):
+            np.testing.assert_allclose(got[mode]["weight"], w, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
+            np.testing.assert_allclose(got[mode]["bias"], b, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
+
+
+ASYNC = textwrap.dedent("""
+    import json, sys, tensorflow as tf
+    import hora.tensorflow.keras as hvd
+    out, steps = sys.argv[1], int(sys.argv[2])
+    hvd.init()
+    r = hvd.rank()
+    p = tf.Variable(tf.fill([50], float(r + 1)))  # the server starts from worker 0's
+    opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.05, momentum=0.5), mode="ps-async")
+    log = []
+    for s in range(1, steps + 1):
+        g = tf.range(1, 51, dtype=tf.float32) * 0.01 * (r + 1) + 0.001 * s
+        opt.apply_gradients([(g, p)])
+        st = opt.parameter_server_step
+        log.append({"step": st.step, "version": st.version, "params": p.numpy().tolist()})
+    json.dump({"log": log, "iterations": int(opt.iterations.numpy())}, open(f"{out}/rank{r}.json", "w"))
+""")
+
+
+@pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
+def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python):
+    script = tmp_path / "async.py"
+    script.write_text(ASYNC)
+    steps = 6
+    out = keras_job(python, 2, 1, script, tmp_path, steps)
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    for run in runs:
+        assert [e["step"] for e in run["log"]] == list(range(1, steps + 1))
+        assert run["iterations"] == steps
+    pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
+    assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
+    p, v = np.ones(50), np.zeros(50)  # worker 0's values start the server
+    for version, r, s, params in pushes:
+        v = 0.5 * v + (np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s)
+        p = p - 0.05 * v
+        np.testing.assert_allclose(params, p, rtol=1e-5, atol=1e-5, err_msg=f"push {version} (worker {r} step {s})")
+
+
+def test_keras_mode_arguments_are_checked():
+    tf = pytest.importorskip("tensorflow")
+    import hora.tensorflow.keras as hvd
+    with pytest.raises(ValueError, match="mode must be one of"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), mode="ps")
+    with pytest.raises(ValueError, match="runs SGD on the servers"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.Adam(), mode="ps-async")
+    with pytest.raises(ValueError, match="has no nesterov"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True), mode="ps-async")
+    with pytest.raises(ValueError, match="backward_passes_per_step"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), mode="ps-sync", backward_passes_per_step=2)
