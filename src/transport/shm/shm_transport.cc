@@ -41,10 +41,10 @@ namespace hora::transport::shm {
 // the peers), and at least kMinRingChunks chunks. Its depth is how far a sender may run ahead of
 // its receiver. While training threads hold every core, a rank's engine that waits sleeps at
 // once (Note [who may spin]), and each sleep costs a wake-up and a wait for a core, often longer
-// than the copy it waited for. With rings of 4 chunks (1 MiB), a 2-rank allreduce of WRN-16-10's
-// 65 MiB of gradients slept about 130 times a step; with 8 MiB rings half as often, at less
-// engine CPU (docs/benchmarks/wrn.md). Larger rings cost shared memory: local ranks x
-// HORA_SHM_INBOX_BYTES for the host.
+// than the copy it waited for. With rings of 4 chunks (1 MiB), the engine of a 2-rank WRN-16-10 job
+// (65 MiB of gradients a step) ran 114-139 times a step on a loaded machine; with 8 MiB rings
+// 73-106 times, at a little less CPU (docs/benchmarks/wrn.md). Larger rings cost shared memory:
+// local ranks x HORA_SHM_INBOX_BYTES for the host.
 //
 // Note [shm liveness]: shared memory cannot tell that a peer died, but the TCP mesh that set the
 // job up can: its sockets stay open, carrying only two kinds of byte, kWake (wake an idle
@@ -74,7 +74,6 @@ size_t ringBytes(const ShmOptions& options, int members) {
   const size_t share = (options.inbox_bytes / peers) & ~size_t{15};
   return std::max({share, roundUp16(options.chunk_bytes * kMinRingChunks), size_t{4096}});
 }
-
 
 ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std::vector<int> members,
                            const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline)
