@@ -43,7 +43,7 @@ namespace hora::transport::shm {
 // once (Note [who may spin]), and each sleep costs a wake-up and a wait for a core, often longer
 // than the copy it waited for. With rings of 4 chunks (1 MiB), the engine of a 2-rank WRN-16-10 job
 // (65 MiB of gradients a step) ran 114-164 times a step on a loaded machine; with 8 MiB rings
-// 73-106 times, at the same CPU within noise (docs/benchmarks/wrn.md). Larger rings cost shared memory:
+// 73-106 times; its CPU did not fall (an 8 MiB ring leaves the cache; docs/benchmarks/wrn.md). Larger rings cost shared memory:
 // local ranks x HORA_SHM_INBOX_BYTES for the host.
 //
 // Note [shm liveness]: shared memory cannot tell that a peer died, but the TCP mesh that set the
