@@ -299,7 +299,7 @@ def free_port():
 def run_config(kind, np, argv, timeout=3600, extra_env=None):
     """One job of `np` ranks on this host (extra_env: more variables for it); returns the ranks'
     results."""
-    env = dict(os.environ, HORA_LOG_LEVEL="error", **(extra_env or {}))
+    env = {**os.environ, "HORA_LOG_LEVEL": "error", **(extra_env or {})}
     if kind == "hora":
         horarun = os.path.join(os.path.dirname(sys.executable), "horarun")
         commands = [([horarun, "-np", str(np)] + argv, env)]
