@@ -46,9 +46,10 @@ def build(model, width):
 # --- CPU time per thread -----------------------------------------------------------------------
 
 def thread_cpu():
-    """{tid: (name, ns on CPU)} for every thread of this process. schedstat's first field is in
-    ns; stat's utime + stime (fields 14, 15) only in clock ticks (10 ms), too coarse for a step
-    of a few ms, so stat is only the fallback for kernels without schedstat."""
+    """{tid: (name, ns on CPU, ns runnable but waiting for a CPU, times it was put on a CPU)} for
+    every thread of this process: schedstat's three fields. stat's utime + stime (fields 14, 15)
+    are only in clock ticks (10 ms), too coarse for a step of a few ms, so stat is only the
+    fallback for kernels without schedstat (the other two fields are 0 then)."""
     out = {}
     for tid in os.listdir("/proc/self/task"):
         base = f"/proc/self/task/{tid}"
@@ -57,14 +58,15 @@ def thread_cpu():
                 name = f.read().strip()
             try:
                 with open(base + "/schedstat") as f:
-                    ns = int(f.read().split()[0])
+                    ns, waited, slices = (int(v) for v in f.read().split()[:3])
             except OSError:
                 with open(base + "/stat") as f:
                     fields = f.read().rsplit(")", 1)[1].split()  # the name may hold spaces
                 ns = (int(fields[11]) + int(fields[12])) * 10**9 // os.sysconf("SC_CLK_TCK")
+                waited = slices = 0
         except (OSError, IndexError, ValueError):
             continue  # the thread exited while we looked
-        out[int(tid)] = (name, ns)
+        out[int(tid)] = (name, ns, waited, slices)
     return out
 
 
@@ -83,12 +85,14 @@ def classify(tid, name, framework_threads):
 
 
 def cpu_window(before, after, framework_threads):
-    """Per thread alive at the end: name, class and ms on CPU between the two snapshots (a thread
-    born inside the window counts from 0; one that died inside it is lost)."""
+    """Per thread alive at the end: name, class, ms on CPU, ms waiting for a CPU while runnable and
+    times put on a CPU, between the two snapshots (a thread born inside the window counts from 0;
+    one that died inside it is lost)."""
     rows = []
-    for tid, (name, ns) in sorted(after.items()):
+    for tid, (name, ns, waited, slices) in sorted(after.items()):
+        _, ns0, waited0, slices0 = before.get(tid, (name, 0, 0, 0))
         rows.append({"tid": tid, "name": name, "class": classify(tid, name, framework_threads),
-                     "cpu_ms": (ns - before.get(tid, (name, 0))[1]) / 1e6})
+                     "cpu_ms": (ns - ns0) / 1e6, "runq_ms": (waited - waited0) / 1e6, "slices": slices - slices0})
     return rows
 
 
@@ -304,9 +308,10 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_config(kind, np, argv, timeout=3600):
-    """One job of `np` ranks on this host; returns the ranks' results."""
-    env = dict(os.environ, HORA_LOG_LEVEL="error")
+def run_config(kind, np, argv, timeout=3600, extra_env=None):
+    """One job of `np` ranks on this host (extra_env: more variables for it); returns the ranks'
+    results."""
+    env = {**os.environ, "HORA_LOG_LEVEL": "error", **(extra_env or {})}
     if kind == "hora":
         horarun = os.path.join(os.path.dirname(sys.executable), "horarun")
         commands = [([horarun, "-np", str(np)] + argv, env)]
@@ -323,14 +328,16 @@ def summarize(ranks):
     """One run's figures from its ranks' results: images/sec and step time as rank 0 measured
     them; CPU per step averaged over the ranks, the framework's share over all their CPU."""
     steps = ranks[0]["steps"]
-    by_class = collections.Counter()
+    by_class, slices = collections.Counter(), collections.Counter()
     for r in ranks:
         for t in r["threads"]:
             by_class[t["class"]] += t["cpu_ms"]
+            slices[t["class"]] += t.get("slices", 0)
     total = sum(by_class.values())
     return {"images_per_sec": ranks[0]["images_per_sec"], "step_ms": ranks[0]["seconds"] / steps * 1000,
             "framework_ms": by_class["framework"] / len(ranks) / steps,
             "framework_pct": 100 * by_class["framework"] / total if total else 0.0,
+            "framework_slices": slices["framework"] / len(ranks) / steps,
             "main_ms": by_class["main"] / len(ranks) / steps,
             "other_ms": by_class["other"] / len(ranks) / steps}
 
@@ -346,10 +353,15 @@ def thread_names(ranks):
 
 
 def throughput(args, record):
-    Config = collections.namedtuple("Config", "name kind np threads")
-    configs = [Config("1 process x 1 thread", "single", 1, 1), Config("1 process x 2 threads", "single", 1, 2)]
+    Config = collections.namedtuple("Config", "name kind np threads env", defaults=[{}])
+    configs = [] if args.no_single else [Config("1 process x 1 thread", "single", 1, 1),
+                                         Config("1 process x 2 threads", "single", 1, 2)]
     for n in args.np:
-        configs += [Config(f"hora {n} x 1 thread", "hora", n, 1), Config(f"DDP (gloo) {n} x 1 thread", "ddp", n, 1),
+        configs += [Config(f"hora {n} x 1 thread", "hora", n, 1)]
+        for variant in args.hora_variant:  # the same job with other knobs, e.g. HORA_SHM_INBOX_BYTES=1M
+            knobs = dict(kv.split("=", 1) for kv in variant.split(","))
+            configs += [Config(f"hora {n} x 1 thread ({variant})", "hora", n, 1, knobs)]
+        configs += [Config(f"DDP (gloo) {n} x 1 thread", "ddp", n, 1),
                     Config(f"DDP, sync off (compute bound) {n} x 1 thread", "ddp-nosync", n, 1)]
     samples = collections.defaultdict(list)  # (model, config name) -> summaries
     names_seen = {}
@@ -358,7 +370,8 @@ def throughput(args, record):
             steps, warmup = args.steps or DEFAULT_STEPS[model][0], args.warmup or DEFAULT_STEPS[model][1]
             for c in configs:
                 print(f"round {rep + 1}/{args.repeat}: {model} {c.name}", file=sys.stderr, flush=True)
-                ranks = run_config(c.kind, c.np, worker_argv(c.kind, model, args.width, steps, warmup, c.threads))
+                ranks = run_config(c.kind, c.np, worker_argv(c.kind, model, args.width, steps, warmup, c.threads),
+                                   extra_env=c.env)
                 s = summarize(ranks)
                 samples[model, c.name].append(s)
                 names_seen[c.name] = thread_names(ranks)
@@ -369,8 +382,9 @@ def throughput(args, record):
 
 def print_throughput(args, configs, samples, names_seen):
     print("| model | configuration | images/sec (median) | runs | step ms (median) | vs DDP | vs compute bound "
-          "| framework CPU ms/step | framework % of process CPU | main thread CPU ms/step |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          "| framework CPU ms/step | framework % of process CPU | framework threads' runs on a CPU per step "
+          "| main thread CPU ms/step |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for model in args.models:
         label = "CNN" if model == "cnn" else f"WRN-16-{args.width}"
         for c in configs:
@@ -382,7 +396,8 @@ def print_throughput(args, configs, samples, names_seen):
             print(f"| {label} (global batch {GLOBAL_BATCH[model]}) | {c.name} | {med['images_per_sec']:.1f} | "
                   + " / ".join(f"{s['images_per_sec']:.1f}" for s in runs)
                   + f" | {med['step_ms']:.1f} | {med['images_per_sec'] / ddp:.3f} | {med['images_per_sec'] / bound:.3f} | "
-                  f"{med['framework_ms']:.2f} | {med['framework_pct']:.1f} | {med['main_ms']:.1f} |")
+                  f"{med['framework_ms']:.2f} | {med['framework_pct']:.1f} | {med['framework_slices']:.0f} | "
+                  f"{med['main_ms']:.1f} |")
     print(f"\nMedian of {args.repeat} interleaved runs; runs in order. Ratios from medians, against DDP and the "
           f"sync-off bound with the same ranks (one process: against {args.np[0]} ranks). CPU: per rank and step "
           "over the timed window (/proc/self/task/*/schedstat); framework = hora-* threads, or threads born "
@@ -441,6 +456,9 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="timed steps (default: CNN 60, WRN 6)")
     ap.add_argument("--warmup", type=int, default=0, help="warm-up steps (default: CNN 10, WRN 2)")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--no-single", action="store_true", help="leave out the single-process configurations")
+    ap.add_argument("--hora-variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+                    help="also run hora with these knobs, interleaved with the rest (repeatable)")
     ap.add_argument("--time-to-accuracy", action="store_true", help="also hora vs DDP to --target (CNN, 2 ranks)")
     ap.add_argument("--target", type=float, default=0.85, help="test accuracy for --time-to-accuracy")
     ap.add_argument("--eval-every", type=int, default=50)

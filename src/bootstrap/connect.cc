@@ -94,6 +94,7 @@ void chooseTransport(Connection& c, std::vector<transport::tcp::PeerConnection> 
   }
   transport::shm::ShmOptions shm;
   shm.chunk_bytes = options.chunk_bytes;
+  shm.inbox_bytes = options.shm_inbox_bytes;
   shm.spin = options.shm_spin;
   shm.key_prefix = c.rendezvous.prefix;
   if (options.transport == TransportChoice::kTcp || c.identity.local_size == 1) {

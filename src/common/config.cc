@@ -40,6 +40,7 @@ CommunicatorOptions communicatorOptionsFrom(const Env& env) {
   if (o.chunk_bytes % 16 != 0)
     throw InvalidArgumentError("HORA_CHUNK_BYTES=" + std::to_string(o.chunk_bytes) +
                                " is invalid: expected a multiple of 16");
+  o.shm_inbox_bytes = static_cast<size_t>(env.getBytes("HORA_SHM_INBOX_BYTES", 0, int64_t{1} << 34));
   o.spin = std::chrono::microseconds(env.getInt("HORA_SPIN_MICROSECONDS", 0, 1000000));
   o.shm_spin = std::chrono::microseconds(env.getInt("HORA_SHM_SPIN_MICROSECONDS", 0, 1000000));
   o.transport = oneOf<TransportChoice>(env, "HORA_TRANSPORT",

@@ -19,8 +19,8 @@
 
 namespace hora::transport::shm {
 
-// Note [shm rings]: the channel from rank s to rank r lives in r's inbox: a ring of kRingChunks
-// chunks and two positions on their own cache lines, `written` (advanced by s) and `consumed`
+// Note [shm rings]: the channel from rank s to rank r lives in r's inbox: a ring (Note [ring
+// depth]) and two positions on their own cache lines, `written` (advanced by s) and `consumed`
 // (advanced by r), both counting bytes since the start and never wrapping. The ring carries a
 // stream of messages, each a 16-byte header (magic, collective sequence and op, length) and the
 // payload padded to 16 bytes, so every position a reader can see is 16-aligned and a header never
@@ -37,6 +37,15 @@ namespace hora::transport::shm {
 // poll() instead (Note [mixed transfer sets]): `sleeping` then says kInPoll, and the first peer
 // to move a ring takes the flag and sends one kWake byte on its socket, which that poll() watches.
 //
+// Note [ring depth]: a ring holds its share of HORA_SHM_INBOX_BYTES (the inbox split evenly among
+// the peers), and at least kMinRingChunks chunks. Its depth is how far a sender may run ahead of
+// its receiver. While training threads hold every core, a rank's engine that waits sleeps at
+// once (Note [who may spin]), and each sleep costs a wake-up and a wait for a core, often longer
+// than the copy it waited for. With rings of 4 chunks (1 MiB), the engine of a 2-rank WRN-16-10 job
+// (65 MiB of gradients a step) ran 114-164 times a step on a loaded machine; with 8 MiB rings
+// 73-106 times; its CPU did not fall (an 8 MiB ring leaves the cache; docs/benchmarks/wrn.md). Larger rings cost shared memory:
+// local ranks x HORA_SHM_INBOX_BYTES for the host.
+//
 // Note [shm liveness]: shared memory cannot tell that a peer died, but the TCP mesh that set the
 // job up can: its sockets stay open, carrying only two kinds of byte, kWake (wake an idle
 // engine, see waitForIncoming) and kGoodbye (sent by a rank shutting down cleanly). A socket that
@@ -45,7 +54,7 @@ namespace hora::transport::shm {
 
 namespace {
 
-constexpr size_t kRingChunks = 4;
+constexpr size_t kMinRingChunks = 4;  // Note [ring depth]
 constexpr char kWake = 'W';
 constexpr char kGoodbye = 'G';
 constexpr auto kLivenessCheck = std::chrono::milliseconds(20);
@@ -59,6 +68,12 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 }  // namespace
 
+// Note [ring depth]: each of the n - 1 peers' rings gets an even share of the inbox.
+size_t ringBytes(const ShmOptions& options, int members) {
+  const size_t peers = static_cast<size_t>(std::max(members - 1, 1));
+  const size_t share = (options.inbox_bytes / peers) & ~size_t{15};
+  return std::max({share, roundUp16(options.chunk_bytes * kMinRingChunks), size_t{4096}});
+}
 
 ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std::vector<int> members,
                            const ShmOptions& options, rendezvous::Store& store, const common::Deadline& deadline,
@@ -69,7 +84,7 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std
       lanes_(peers_.size()), silent_(std::move(silent)) {
   const int n = static_cast<int>(members_.size());
   for (int i = 0; i < n; ++i) slot_[static_cast<size_t>(members_[static_cast<size_t>(i)])] = i;
-  const size_t ring_bytes = roundUp16(std::max<size_t>(options_.chunk_bytes * kRingChunks, 4096));
+  const size_t ring_bytes = ringBytes(options_, n);
   const size_t bytes = Inbox::bytesFor(n, ring_bytes);
   auto [name, mine] = createSegment(bytes);
   try {
@@ -89,7 +104,7 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std
       if (peer->header.magic != kInboxMagic || peer->header.size != static_cast<uint32_t>(n) ||
           peer->header.ring_bytes != ring_bytes) {
         throw MismatchError("rank " + std::to_string(p) + "'s shared-memory segment has another layout " +
-                            "(HORA_CHUNK_BYTES differs between ranks?)");
+                            "(HORA_CHUNK_BYTES or HORA_SHM_INBOX_BYTES differs between ranks?)");
       }
     }
     // Every member has mapped everything: the names can go, so nothing outlives the job.

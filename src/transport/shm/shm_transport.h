@@ -37,9 +37,15 @@ namespace hora::transport::shm {
 // Built from CommunicatorOptions, whose defaults (the knob registry's) it takes.
 struct ShmOptions {
   size_t chunk_bytes = CommunicatorOptions{}.chunk_bytes;  // largest piece handed to a collective at once
+  size_t inbox_bytes = CommunicatorOptions{}.shm_inbox_bytes;  // this rank's rings together (Note [ring depth])
   std::chrono::microseconds spin = CommunicatorOptions{}.shm_spin;  // retry (yielding) this long before sleeping
   std::string key_prefix;  // of the store keys, as the TCP mesh's
 };
+
+// The bytes of each ring in an inbox of a communicator with `members` ranks on this host: an even,
+// 16-aligned share of options.inbox_bytes per peer, and at least 4 chunks and 4 KiB (Note [ring
+// depth] in the .cc). Every member computes the same from the same options.
+size_t ringBytes(const ShmOptions& options, int members);
 
 struct Inbox;    // a mapped segment (inbox.h)
 struct Channel;  // one ring buffer in it

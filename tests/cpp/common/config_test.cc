@@ -26,6 +26,7 @@ TEST(KnobDefaults, CommunicatorOptionsInitializersAreTheRegistrys) {
   EXPECT_EQ(parsed.ring_threshold_bytes, initialized.ring_threshold_bytes);
   EXPECT_EQ(parsed.shm_ring_threshold_bytes, initialized.shm_ring_threshold_bytes);
   EXPECT_EQ(parsed.chunk_bytes, initialized.chunk_bytes);
+  EXPECT_EQ(parsed.shm_inbox_bytes, initialized.shm_inbox_bytes);
   EXPECT_EQ(parsed.spin, initialized.spin);
   EXPECT_EQ(parsed.shm_spin, initialized.shm_spin);
   EXPECT_EQ(parsed.transport, initialized.transport);
@@ -55,6 +56,7 @@ TEST(KnobDefaults, ShmOptionsAreTheCommunicatorOptions) {
   const transport::shm::ShmOptions shm;
   const CommunicatorOptions parsed = common::communicatorOptionsFrom(kUnset);
   EXPECT_EQ(shm.chunk_bytes, parsed.chunk_bytes);
+  EXPECT_EQ(shm.inbox_bytes, parsed.shm_inbox_bytes);
   EXPECT_EQ(shm.spin, parsed.shm_spin);
 }
 

@@ -36,6 +36,7 @@ std::vector<std::unique_ptr<ShmTransport>> makeShm(int size, rendezvous::TcpStor
       transport::tcp::MeshOptions mesh{r, size, kTestSecret, "127.0.0.1", prefix};
       transport::shm::ShmOptions o;
       o.chunk_bytes = chunk_bytes;
+      o.inbox_bytes = 0;  // the smallest rings (4 KiB here), so that streams wrap them
       o.key_prefix = prefix;
       std::vector<int> everyone(static_cast<size_t>(size));
       std::iota(everyone.begin(), everyone.end(), 0);
@@ -50,6 +51,19 @@ std::vector<std::byte> pattern(size_t n, int seed) {
   std::vector<std::byte> v(n);
   for (size_t i = 0; i < n; ++i) v[i] = static_cast<std::byte>((i * 31 + static_cast<size_t>(seed) * 7) & 0xff);
   return v;
+}
+
+TEST(ShmTransport, RingsShareTheInboxEvenlyWithAFloorOfFourChunks) {
+  transport::shm::ShmOptions o;
+  o.chunk_bytes = 256 * 1024;
+  o.inbox_bytes = 8 * 1024 * 1024;
+  EXPECT_EQ(transport::shm::ringBytes(o, 2), 8u * 1024 * 1024);  // one peer: the whole inbox
+  EXPECT_EQ(transport::shm::ringBytes(o, 4), 2796192u);  // 8 MiB / 3 = 2796202.67, down to 16-aligned
+  EXPECT_EQ(transport::shm::ringBytes(o, 64), 1024u * 1024);  // 8 MiB / 63 < 4 chunks: the floor
+  o.inbox_bytes = 0;
+  EXPECT_EQ(transport::shm::ringBytes(o, 2), 1024u * 1024);  // the rings before the inbox knob
+  o.chunk_bytes = 48;
+  EXPECT_EQ(transport::shm::ringBytes(o, 3), 4096u);  // never below 4 KiB
 }
 
 TEST(ShmTransport, StreamsWrapTheRingsAndReceivesReadInPlace) {
