@@ -66,8 +66,9 @@ struct CommunicatorOptions {
   size_t shm_ring_threshold_bytes = 4 * 1024;
   // Unit of pipelining: received data is reduced and forwarded in chunks of this size.
   size_t chunk_bytes = 256 * 1024;
-  // Each rank's shared-memory inbox, split evenly among the rings of its peers on the host.
-  size_t shm_inbox_bytes = 8 * 1024 * 1024;
+  // Each rank's shared-memory inbox, split evenly among the rings of its peers on the host
+  // (0: each ring holds its minimum, 4 chunks).
+  size_t shm_inbox_bytes = 0;
   // How long a waiting rank retries, yielding the CPU, before it sleeps in poll().
   std::chrono::microseconds spin{50};
   std::chrono::microseconds shm_spin{1000};  // the same over shared memory

@@ -180,11 +180,12 @@ constexpr KnobSpec kKnobs[] = {
      "HORA_SPIN_MICROSECONDS over shared memory: a peer woken from its futex takes about 100 us "
      "to run again on this machine, so ranks may keep yielding longer before they sleep (under "
      "the same conditions)."},
-    {"HORA_SHM_INBOX_BYTES", "", G::kTuning, S::kJob, "8M",
+    {"HORA_SHM_INBOX_BYTES", "", G::kTuning, S::kJob, "0",
      "Size of each rank's shared-memory inbox, shared evenly by the rings its peers on the host "
-     "write into (each ring holds at least 4 HORA_CHUNK_BYTES). A deeper ring lets a sender run "
-     "further ahead of a receiver that is not scheduled: fewer sleeps and wake-ups per large "
-     "allreduce while training threads hold the cores (docs/benchmarks/wrn.md)."},
+     "write into (each ring holds at least 4 HORA_CHUNK_BYTES; 0 = just that). A deeper ring lets "
+     "a sender run further ahead of a receiver that is not scheduled: fewer wake-ups per large "
+     "allreduce while training threads hold the cores, but no less engine CPU (measured, "
+     "docs/benchmarks/wrn.md), so it is off until a wall-clock gain is shown."},
     {"HORA_SHM_RING_THRESHOLD", "", G::kTuning, S::kJob, "4K",
      "HORA_RING_THRESHOLD for communicators over shared memory: above it the ring (measured: "
      "the ring's extra steps cost little in memory, so it wins from a few KiB)."},
