@@ -66,10 +66,6 @@ void defineGeneralFlags(CLI::App& app, JobFlags& f) {
                  "Parameter server processes to start beside the ranks, one per host of the job in turn "
                  "(docs/parameter_servers.md)")
       ->check(CLI::Range(0, 4096));
-  app.add_option("--server-hosts", f.server_hosts,
-                 "Hosts for the parameter servers instead, as host:count,...: their own hosts or some of the "
-                 "ranks'; --servers defaults to the counts' sum")
-      ->group(kHosts);
   app.add_option("--start-timeout", f.start_timeout,
                  "Seconds for every rank to start and reach the rendezvous store")
       ->check(CLI::Range(1.0, 86400.0));
@@ -103,6 +99,10 @@ void defineLaunchFlags(CLI::App& app, JobFlags& f) {
       ->group(kHosts);
   app.add_option("--host-discovery-script", f.elastic.discovery_script,
                  "Elastic: a program printing the usable hosts, 'host' or 'host:slots' per line; run every second")
+      ->group(kHosts);
+  app.add_option("--server-hosts", f.server_hosts,
+                 "Hosts for the parameter servers instead, as host:count,...: their own hosts or some of the "
+                 "ranks'; --servers defaults to the counts' sum")
       ->group(kHosts);
   app.add_option("--min-np,--min-num-proc", f.elastic.min_np,
                  "Elastic: fewest ranks to train with; fewer for longer than --elastic-timeout ends the job (default -np)")
