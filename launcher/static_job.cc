@@ -112,7 +112,6 @@ int runStaticJob(const JobFlags& f, const JobPlan& plan, const Env& env) {
     std::string why = watch();
     return why.empty() ? stopServersWhenRanksEnd(workers, f.np, servers, servers_stopped) : why;
   });
-  nameFailedServer(result, f.np);
   // A host agent that failed left the rank and the reason in the store.
   if (result.exit_code != 0 && !result.failed_host.empty()) {
     try {
@@ -122,6 +121,7 @@ int runStaticJob(const JobFlags& f, const JobPlan& plan, const Env& env) {
     } catch (const std::exception&) {
     }
   }
+  nameFailedServer(result, f.np);  // after the agent's report, which numbers a server as a rank
   if (result.exit_code != 0) {
     std::cerr << "horarun: " << result.reason << "; the other ranks were stopped\n";
     return result.exit_code;

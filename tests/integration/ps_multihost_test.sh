@@ -99,9 +99,14 @@ check "--server-hosts on a rank's host and a host of its own: ps-async steps on 
 [ "$code" = 0 ] || tail -n 20 "$tmp/out"
 
 # A server killed on its dedicated host: horarun names it, and both ranks end within seconds.
+# horarun stops the job at the server's death and the remote rank's output goes with its ssh, so
+# each rank writes what it caught to a file (the hosts share this machine's file system), and
+# ignores the signals that stop it, so that it stays to write it (the grace period is long).
 cat >"$tmp/stepping.py" <<'EOF'
-import time, torch
+import signal, sys, time, torch
 import hora.torch as hvd
+for sig in (signal.SIGTERM, signal.SIGHUP):
+    signal.signal(sig, signal.SIG_IGN)
 hvd.init()
 p = torch.nn.Parameter(torch.ones(1000))
 opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), named_parameters=[("p", p)], mode="ps-sync")
@@ -114,10 +119,12 @@ try:
         print(f"step {s}", flush=True)
         time.sleep(0.05)
 except Exception as e:
-    print(f"rank {hvd.rank()} caught {type(e).__name__}: {e}", flush=True)
+    with open(f"{sys.argv[1]}/caught.{hvd.rank()}", "w") as f:
+        f.write(f"{time.time():.3f} {type(e).__name__}: {e}\n")
     raise SystemExit(3)
 EOF
-run -np 2 -H "$h1:1,$h2:1" --server-hosts "$h3:1" --grace-seconds 20 python stepping.py >"$tmp/out" 2>&1 &
+rm -f "$tmp"/caught.*
+run -np 2 -H "$h1:1,$h2:1" --server-hosts "$h3:1" --grace-seconds 20 python stepping.py "$tmp" >"$tmp/out" 2>&1 &
 job=$!
 for _ in $(seq 1 600); do [ "$(grep -c 'step 3$' "$tmp/out")" -ge 2 ] && break; sleep 0.1; done
 server=$(for pid in $(pgrep -f -- "--ps-server"); do
@@ -127,10 +134,12 @@ start_ms=$(date +%s%3N)
 wait "$job"
 code=$?
 took=$(( $(date +%s%3N) - start_ms ))
+for _ in $(seq 1 50); do [ -f "$tmp/caught.0" ] && [ -f "$tmp/caught.1" ] && break; sleep 0.1; done
 [ -n "$server" ] && [ "$code" != 0 ] && [ "$took" -lt 10000 ] &&
-  [ "$(grep -c 'caught PeerError: parameter server 0 (host' "$tmp/out")" = 2 ]
-check "a server killed on its own host: every rank names it and the job ends ($took ms, code $code)" $?
-[ "$code" != 0 ] || tail -n 20 "$tmp/out"
+  grep -q "horarun: parameter server 0 on host $h3 was killed by signal 9" "$tmp/out" &&
+  [ "$(cat "$tmp"/caught.* 2>/dev/null | grep -c 'PeerError: parameter server 0 (host')" = 2 ]
+check "a server killed on its own host: every rank and horarun name it, and the job ends ($took ms, code $code)" $?
+[ "$code" != 0 ] && [ -f "$tmp/caught.1" ] || { tail -n 20 "$tmp/out"; cat "$tmp"/caught.* 2>/dev/null; }
 
 echo "$passed passed, $failed failed"
 [ "$failed" = 0 ]
