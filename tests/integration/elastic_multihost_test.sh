@@ -6,11 +6,11 @@
 # the resets, that the ranks end with identical parameters, and that the output's [rank] prefixes
 # follow the generations (the step lines carry the rank the program itself saw).
 #   - a whole host is SIGKILLed (its sshd, host agent and workers): the others go on, smaller;
-#   - a host's link is cut (ip link set ... down): the others time out, go on without it, and
+#   - a host's link is cut (ip link set ... down): the others declare it dead, go on without it, and
 #     its workers are stopped;
 #   - a discovery script adds a remote host while the job runs on host 1 only: it grows;
-#   - a whole host is SIGSTOPped (frozen: its connections stay open and silent): the others time
-#     out, go on without it, and it is blacklisted.
+#   - a whole host is SIGSTOPped (frozen: its connections stay open and silent): the others declare it
+#     dead, go on without it, and it is blacklisted.
 # usage: elastic_multihost_test.sh HORARUN        (exit 77: skipped, with the reason)
 set -uo pipefail
 horarun=$(realpath "$1")
@@ -101,8 +101,9 @@ else
 fi
 
 # silent_host NAME HOST RANK WHAT COMMAND...: a job on hosts 1, 3 and 4 (one rank each); COMMAND
-# makes host HOST (rank RANK) silent without closing anything; the others fail after
-# HORA_TIMEOUT_SECONDS, re-join, and horarun leaves HOST behind once the join window has passed.
+# makes host HOST (rank RANK) silent without closing anything; the others declare it dead after
+# HORA_HEARTBEAT_TIMEOUT_SECONDS (or time out in a collective), re-join, and horarun leaves HOST
+# behind at once (a peer's verdict) or once the join window has passed.
 silent_host() {
   local name=$1 host=$2 rank=$3 what=$4 ip; shift 4
   ip=${HOST_IP[$host]}
@@ -113,9 +114,9 @@ silent_host() {
     start_ms=$(date +%s%3N)
     "$@"
     finish; code=$?
-    echo "$what: $(since_ms "$start_ms" 2) ms to the first step at 2 ranks (HORA_TIMEOUT_SECONDS 3 + the join window)"
+    echo "$what: $(since_ms "$start_ms" 2) ms to the first step at 2 ranks (HORA_HEARTBEAT_TIMEOUT_SECONDS 3)"
     grep -q "horarun: generation 1: 2 rank(s)" "$out" && [ "$code" = 0 ] &&
-      grep -q "horarun: host $ip is blacklisted for good: worker $ip:0 (rank $rank of generation 0) did not ask to join" "$out" &&
+      grep -E -q "horarun: host $ip is blacklisted for good: worker $ip:0 \(rank $rank of generation 0\) (did not ask to join|was declared dead by its peers: rank $rank .* sent no heartbeat)" "$out" &&
       [ "$(grep -c "identical=True" "$out")" = 2 ] && each_sample_once 240 2 && prefixes_follow_ranks
     check "$what: the 2 other hosts go on without it, every sample once (code $code)" $?
     [ "$code" = 0 ] || tail -n 30 "$out"
