@@ -68,7 +68,7 @@ long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* 
 
 }  // namespace
 
-// Note [ring depth]: each of the n - 1 peers' rings gets an even share of the inbox.
+// Each of the n - 1 peers' rings gets an even share of the inbox (Note [ring depth]).
 size_t ringBytes(const ShmOptions& options, int members) {
   const size_t peers = static_cast<size_t>(std::max(members - 1, 1));
   const size_t share = (options.inbox_bytes / peers) & ~size_t{15};
