@@ -10,8 +10,9 @@ after the warm-up steps, from Keras' own model.fit):
           (ring all-reduce over gRPC, TensorFlow's collective for CPUs), the dataset distributed
           with distribute_datasets_from_function
   bound   N plain Keras processes at once, each training alone on its share of the batch, no
-          exchange at all: the sum of their images/s is what N ranks could reach if
-          communication cost nothing
+          exchange at all: their images/s together, over the window in which all of them are in
+          their timed steps (common_window_rate), is what N ranks could reach if communication
+          cost nothing
 Every process runs 1 intra-op and 1 inter-op thread (N ranks x 1 thread; at N = 4 the ranks
 share the 2 cores). The images are random, of Fashion-MNIST's shape, held in memory: the data
 pipeline is not what is compared.
@@ -27,6 +28,7 @@ usage: .venv/bin/python benchmarks/tensorflow/keras_bench.py [--np 2 4] [--model
 """
 
 import argparse
+import bisect
 import importlib
 import json
 import os
@@ -42,6 +44,7 @@ HERE = os.path.abspath(__file__)
 GLOBAL_BATCH = {"cnn": 128, "wrn": 32}
 CONFIGS = ("hora", "mwms", "bound")
 RESULT = re.compile(r"RESULT rank=(\d+) images_per_s=(\S+)")
+STEP_ENDS = re.compile(r"STEP_ENDS rank=(\d+) images_per_step=(\d+) (\[.*\])")
 
 
 # --- one process ---------------------------------------------------------------------------
@@ -84,16 +87,18 @@ def random_images(batch, seed):
 
 
 def step_clock(warmup):
-    """A Keras callback noting the time at the end of the last warm-up step and of the last."""
+    """A Keras callback noting, on the system-wide monotonic clock (comparable across the
+    processes of one host), the end of the last warm-up step and of every step after it."""
     import tensorflow as tf
 
     class StepClock(tf.keras.callbacks.Callback):
-        start = end = None
+        def __init__(self):
+            super().__init__()
+            self.ends = []
 
         def on_train_batch_end(self, batch, logs=None):
-            if batch == warmup - 1:
-                self.start = time.perf_counter()
-            self.end = time.perf_counter()
+            if batch >= warmup - 1:
+                self.ends.append(time.monotonic())
 
     return StepClock()
 
@@ -134,7 +139,9 @@ def worker(args):
     model.fit(data, steps_per_epoch=args.warmup + args.steps, epochs=1, verbose=0,
               callbacks=callbacks + [clock])
     images = args.steps * (per_rank if args.worker == "bound" else per_rank * args.ranks)
-    print(f"RESULT rank={rank} images_per_s={images / (clock.end - clock.start):.2f}", flush=True)
+    print(f"RESULT rank={rank} images_per_s={images / (clock.ends[-1] - clock.ends[0]):.2f}", flush=True)
+    if args.worker == "bound":
+        print(f"STEP_ENDS rank={rank} images_per_step={per_rank} {json.dumps(clock.ends)}", flush=True)
 
 
 # --- the driver ------------------------------------------------------------------------------
@@ -196,7 +203,36 @@ def run_config(config, model, n, args):
                for rank, value in RESULT.findall(out)}  # horarun prefixes lines with "[rank]<stdout>:"
     if any(p.returncode for p in processes) or len(results) != n:
         raise RuntimeError(f"{config} {model} np={n} failed:\n" + "\n".join(o[-3000:] for o in outputs))
-    return sum(results.values()) if config == "bound" else results[0]
+    if config != "bound":
+        return results[0], {}
+    steps = [(json.loads(ends), int(per_step)) for out in outputs
+             for _, per_step, ends in STEP_ENDS.findall(out)]
+    return common_window_rate(steps), {"own_windows": sum(results.values())}
+
+
+def common_window_rate(processes):
+    """images/s of the bound's processes [(step end times, images per step)] over the window in
+    which all of them were in their timed steps. Their own windows differ (each starts when its
+    process is through start-up and warm-up), and a process training while another still starts
+    or has finished has more of the CPU than while all train: the sum of their own rates
+    overstates what N concurrent ranks reach, most when N ranks share fewer cores."""
+    start = max(ends[0] for ends, _ in processes)
+    end = min(ends[-1] for ends, _ in processes)
+    if end <= start:
+        raise RuntimeError("the bound's processes never trained at the same time: give more --steps")
+    images = sum(per_step * (steps_done(ends, end) - steps_done(ends, start)) for ends, per_step in processes)
+    return images / (end - start)
+
+
+def steps_done(ends, t):
+    """Steps a process completed by time t after its first timed step began (ends[0]),
+    interpolated within the step that t falls in."""
+    i = bisect.bisect_right(ends, t)
+    if i == 0:
+        return 0.0
+    if i == len(ends):
+        return float(len(ends) - 1)
+    return i - 1 + (t - ends[i - 1]) / (ends[i] - ends[i - 1])
 
 
 def main():
@@ -232,10 +268,13 @@ def main():
         for model in args.models:
             for n in args.np:
                 for config in args.configs:
-                    value = run_config(config, model, n, args)
+                    value, detail = run_config(config, model, n, args)
                     runs.setdefault(f"{model} np={n} {config}", []).append(value)
+                    for key, extra in detail.items():
+                        runs.setdefault(f"{model} np={n} {config} {key}", []).append(extra)
                     print(f"# repeat {repeat + 1}: {model} np={n} {config}: {value:.1f} images/s "
-                          f"(load {os.getloadavg()[0]:.1f})", flush=True)
+                          + "".join(f"({k}: {v:.1f}) " for k, v in detail.items())
+                          + f"(load {os.getloadavg()[0]:.1f})", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
