@@ -88,3 +88,8 @@ cmake --install "$build" >/dev/null
 for venv in .venv .venv-tf2; do
   HORA_CMAKE_BUILD_DIR="$build" $venv/bin/pip install --no-build-isolation --no-deps --no-index -q . >/dev/null
 done
+# .venv-tf2 is a whole environment too: its bin has the programs CMake installed into .venv
+# (hora.run looks for horarun beside the python that runs it).
+for program in horarun hora-bench engine-bench; do
+  ln -sf "$root/.venv/bin/$program" ".venv-tf2/bin/$program"
+done
