@@ -28,7 +28,7 @@ import cloudpickle
 
 from hora import _job_env
 from hora.runner import RunError, _raise_root_cause
-from hora.spark import failure
+import hora.spark.failure as failure
 from hora.spark.driver import DriverService
 
 log = logging.getLogger("hora.spark")
