@@ -15,6 +15,7 @@ so that Spark's retry of the task registers as a new slot.
 
 import base64
 import ctypes
+import errno
 import os
 import signal
 import socket
@@ -35,8 +36,8 @@ def connect(driver_address, secret, timeout):
     local_ip = os.environ.get("SPARK_LOCAL_IP") or None
     try:
         channel = Channel.connect(driver_address, secret, timeout=timeout, source=local_ip)
-    except OSError:
-        if local_ip is None:
+    except OSError as e:
+        if local_ip is None or e.errno != errno.EADDRNOTAVAIL:
             raise
         channel = Channel.connect(driver_address, secret, timeout=timeout)  # not an address of this host
     return channel, channel.socket.getsockname()[0]

@@ -220,3 +220,24 @@ def test_an_exception_is_raised_on_the_driver_with_its_rank_and_traceback(spark_
         info.value.remote_traceback
     assert time.monotonic() - started < 60
     _assert_none_left(env["HORA_TEST_MARKER"])
+
+
+@pytest.mark.parametrize("local_ip,host", [("127.0.0.3", "127.0.0.3"), ("10.255.255.1", "127.0.0.1")])
+def test_a_task_reaches_the_driver_from_spark_local_ip_if_it_is_an_address_here(monkeypatch, local_ip, host):
+    """A task's host is the address its connection leaves from: $SPARK_LOCAL_IP when this machine
+    has it (as each worker of spark_hosts does), else the one the route picks."""
+    import socket
+    import threading
+
+    from hora._channel import Channel
+    from hora.spark.task import connect
+
+    monkeypatch.setenv("SPARK_LOCAL_IP", local_ip)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(10)
+        accepted = threading.Thread(target=lambda: Channel.accept(server.accept()[0], "secret"), daemon=True)
+        accepted.start()
+        channel, found = connect(("127.0.0.1", server.getsockname()[1]), "secret", timeout=10)
+        accepted.join(10)
+        channel.close()
+    assert found == host
