@@ -120,7 +120,9 @@ class _Slots:
             self._cond.notify_all()
 
     def end_all(self, why):
-        for key in list(self._slots):
+        with self._cond:
+            keys = list(self._slots)
+        for key in keys:
             self.end(key, ("lost", why))
 
     def live(self):
