@@ -65,12 +65,25 @@ def _marker_env():
 
 
 def _ranked_train(progress_dir, done_when):
-    """elastic_jobs.train, with the rank and size of the last generation."""
+    """elastic_jobs.train, with the rank and size of the last generation and the processes of
+    this machine (the whole cluster) whose command line holds the job's secret."""
     import hora.torch as hvd
 
     result = jobs.train(progress_dir, done_when)
     print(f"rank {hvd.rank()} done")
-    return hvd.rank(), hvd.size(), result
+    return hvd.rank(), hvd.size(), result, _command_lines_with(os.environ["HORA_SECRET"])
+
+
+def _command_lines_with(text):
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if text.encode() in f.read():
+                    found.append(int(pid))
+        except OSError:
+            pass  # gone meanwhile
+    return found
 
 
 def test_a_two_rank_elastic_job_trains_and_returns_in_rank_order(spark_hosts, tmp_path):
@@ -79,8 +92,9 @@ def test_a_two_rank_elastic_job_trains_and_returns_in_rank_order(spark_hosts, tm
     executor = _Elastic(num_proc=2, min_num_proc=1, start_timeout=120, elastic_timeout=60, env=env, stdout=out)
     job = jobs.RunInThread(executor, _ranked_train, (str(tmp_path), lambda log: len(log) >= 3 * COMMIT_EVERY))
     results = job.result()
-    assert [(r, n) for r, n, _ in results] == [(0, 2), (1, 2)]
-    for _, _, (weights, log, _, _) in results:
+    assert [(r, n) for r, n, _, _ in results] == [(0, 2), (1, 2)]
+    for _, _, (weights, log, _, _), secret_seen_in in results:
+        assert secret_seen_in == []  # horarun, the proxies, the tasks and ranks alike
         jobs.check_training(weights, log)
         numpy.testing.assert_array_equal(weights, results[0][2][0])
         assert [n for _, n in log] == [2] * (3 * COMMIT_EVERY)
