@@ -48,9 +48,11 @@ class Channel:
         return cls(sock, secret, nonce, accepting=True)
 
     @classmethod
-    def connect(cls, address, secret, timeout):
-        """Connects to ``(host, port)`` within ``timeout`` seconds and reads the nonce."""
-        sock = socket.create_connection(address, timeout=timeout)
+    def connect(cls, address, secret, timeout, source=None):
+        """Connects to ``(host, port)`` within ``timeout`` seconds, from address ``source`` if
+        given, and reads the nonce."""
+        sock = socket.create_connection(address, timeout=timeout,
+                                        source_address=None if source is None else (source, 0))
         try:
             nonce = _read_exactly(sock, _NONCE_BYTES)
         except BaseException:

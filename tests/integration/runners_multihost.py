@@ -14,7 +14,6 @@ import time
 import numpy
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "ray"))
 import elastic_jobs  # noqa: E402
 import runner_jobs  # noqa: E402
 from hora.runner import RunError  # noqa: E402

@@ -96,6 +96,7 @@ def test_horovod_spark_and_ray_are_horas(compat):
     python("""
 import hora.spark, hora.ray, horovod.spark, horovod.ray
 assert horovod.spark.run is hora.spark.run
+assert horovod.spark.run_elastic is hora.spark.run_elastic
 assert horovod.ray.RayExecutor is hora.ray.RayExecutor and horovod.ray.BaseHorovodWorker is hora.ray.BaseHorovodWorker
 """, env)
 

@@ -20,7 +20,7 @@ FRONTENDS = ("hora.torch", "hora.tensorflow", "hora.keras", "hora._keras")
 BUILT_ON = {"hora._keras": ("hora.tensorflow",), "hora.tensorflow": ("hora._keras",),
             "hora.keras": ("hora._keras", "hora.tensorflow")}
 FRAMEWORKS = ("torch", "tensorflow", "keras")
-RUNNERS = ("hora.runner", "hora._run_worker", "hora.spark", "hora.ray")
+RUNNERS = ("hora.runner", "hora._run_worker", "hora._elastic_job", "hora._worker_proxy", "hora.spark", "hora.ray")
 
 
 def module_files():

@@ -2,8 +2,8 @@
 placement group, or with ``min_workers`` an elastic job on Ray's nodes; and
 ``ElasticRayExecutor`` (horovod.ray's older elastic API). docs/spark_ray.md.
 
-The names are imported on first use: ``python -m hora.ray._actor_proxy`` (which horarun starts
-for every elastic worker) must not pay for importing Ray."""
+The names are imported on first use, so that importing a submodule does not pay for importing
+Ray where it is not needed."""
 
 import importlib
 

@@ -1,6 +1,6 @@
 """Elastic training on Ray, with horovod.ray's two APIs: ``RayExecutor(min_workers=...)``
 (ElasticMode, which RayExecutor delegates to) and ``ElasticRayExecutor`` (create_settings, start,
-run). Both run hora.ray.elastic_job.ElasticJob: the job grows onto Ray nodes that appear, up to
+run). Both run hora.ray.elastic_job.RayElasticJob: the job grows onto Ray nodes that appear, up to
 max_workers, and shrinks when a worker's actor or node dies, while hvd.elastic.run in the
 training function goes back to the last commit (docs/spark_ray.md, docs/elastic.md)."""
 
@@ -12,7 +12,7 @@ import ray
 
 import hora.ray.placement as placement
 from hora.ray.discovery import RayHostDiscovery
-from hora.ray.elastic_job import ElasticJob
+from hora.ray.elastic_job import RayElasticJob
 
 # How often start() looks at Ray's node list while it waits for enough slots.
 SLOT_POLL_S = 0.5
@@ -71,7 +71,7 @@ class ElasticMode:
         if self._started is None:
             raise RuntimeError("RayExecutor: not started (call start())")
         executable, env = self._started
-        job = ElasticJob(self.discovery, timeout_s=self.settings.timeout_s, nics=self.settings.nics,
+        job = RayElasticJob(self.discovery, timeout_s=self.settings.timeout_s, nics=self.settings.nics,
                          verbose=self.settings.verbose, resources=self.resources, extra_env_vars=env,
                          executable=executable, **self.limits)
         return job.run(fn)

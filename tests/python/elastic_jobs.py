@@ -1,5 +1,6 @@
-"""The elastic training job of the hora.ray elastic tests (test_ray_elastic.py, and
-tests/integration/runners_multihost.py across namespace hosts), and what they check it against.
+"""The elastic training job of the elastic runners' tests (ray/test_ray_elastic.py,
+spark/test_spark_elastic.py, and tests/integration/runners_multihost.py across namespace hosts),
+and what they check it against.
 
 The training is hora.torch's elastic loop on a linear model whose gradient at step s on rank r
 has a closed form; every step appends (step, size) to the committed state, so the final weights
