@@ -14,6 +14,7 @@ int horaTypeOf(TF_DataType type) {
     case TF_UINT8: return HORA_UINT8;
     case TF_INT8: return HORA_INT8;
     case TF_INT16: return HORA_INT16;
+    case TF_UINT16: return HORA_INT16;  // only the move ops admit it (op_defs.cc): no arithmetic
     case TF_INT32: return HORA_INT32;
     case TF_INT64: return HORA_INT64;
     case TF_HALF: return HORA_FLOAT16;

@@ -65,9 +65,11 @@ void define(Kind kind, const char* name, std::initializer_list<const char*> attr
 }
 
 // The element types of each family: the reductions take hora's numeric types, the collectives
-// that only move data take bool too.
+// that only move data take bool and uint16 too (Horovod's move ops take uint16; it is moved as
+// int16, whose bits are copied unchanged: horaTypeOf).
 constexpr const char* kReduceTypes = "T: {uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64}";
-constexpr const char* kMoveTypes = "T: {uint8, int8, int16, int32, int64, float16, bfloat16, float32, float64, bool}";
+constexpr const char* kMoveTypes =
+    "T: {uint8, int8, uint16, int16, int32, int64, float16, bfloat16, float32, float64, bool}";
 constexpr const char* kName = "tensor_name: string = ''";
 constexpr const char* kScope = "ignore_name_scope: bool = false";
 constexpr const char* kSet = "process_set_id: int = 0";

@@ -73,6 +73,35 @@ print(horovod.__version__)
     assert out.strip() == "0.28.1"
 
 
+def test_horovod_common_util_answers_for_hora(compat):
+    """The helpers of horovod.common.util that scripts and Horovod's own test suites import."""
+    _, env = compat
+    out = python("""
+import os
+import hora.torch
+from horovod.common import util
+assert util.is_version_greater_equal_than('2.15.1', '2.12.0') and not util.is_version_greater_equal_than('2.9.0', '2.12.0')
+for bad in ((2.15, '2.12.0'), ('2.15.1', '2.12')):
+    try:
+        util.is_version_greater_equal_than(*bad)
+        raise SystemExit(f'no ValueError for {bad}')
+    except ValueError:
+        pass
+assert util.extension_available('horovod.torch') and not util.gpu_available('torch')
+assert (util.mpi_built(), util.gloo_built(), util.nccl_built()) == (hora.torch.mpi_built(), hora.torch.gloo_built(),
+                                                                     hora.torch.nccl_built())
+os.environ['HORA_COMPAT_KEEP'] = 'before'
+with util.env(HORA_COMPAT_NEW='1', HORA_COMPAT_KEEP=None):
+    assert os.environ['HORA_COMPAT_NEW'] == '1' and 'HORA_COMPAT_KEEP' not in os.environ
+assert 'HORA_COMPAT_NEW' not in os.environ and os.environ['HORA_COMPAT_KEEP'] == 'before'
+assert [util.num_rank_is_power_2(n) for n in (0, 1, 2, 3, 4, 6, 8)] == [False, True, True, False, True, False, True]
+assert util.split_list(list(range(7)), 3) == [[0, 1, 2], [3, 4], [5, 6]]
+assert util.is_iterable([1]) and not util.is_iterable(3)
+print('ok')
+""", env)
+    assert out.strip() == "ok"
+
+
 def test_horovod_tensorflow_is_hora_tensorflow(compat):
     _, env = compat
     out = python("""

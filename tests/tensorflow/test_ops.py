@@ -187,6 +187,22 @@ def test_alltoall_even_split(mode):
     np.testing.assert_array_equal(out, np.concatenate([x[2 * me:2 * me + 2] for x in inputs]))
 
 
+@pytest.mark.parametrize("collective", ["allgather", "broadcast", "alltoall"])
+def test_uint16_is_moved_bit_for_bit(collective, mode):
+    """Horovod's data-moving ops take uint16 (its own suite moves it); values above int16's
+    range come back unchanged."""
+    n, me = hvd.size(), hvd.rank()
+    inputs = [(65535 - 1000 * r - np.arange(6 * n)).astype(np.uint16).reshape(2 * n, 3) for r in range(n)]
+    fn, want = {
+        "allgather": (hvd.allgather, np.concatenate(inputs)),
+        "broadcast": (lambda t: hvd.broadcast(t, n - 1, name="u16.bcast"), inputs[n - 1]),
+        "alltoall": (hvd.alltoall, np.concatenate([x[2 * me:2 * me + 2] for x in inputs])),
+    }[collective]
+    out = run(mode, fn, tf.constant(inputs[me]))
+    assert out.dtype == np.uint16
+    np.testing.assert_array_equal(out, want)
+
+
 def _block(rows, n, r):
     """Rank r's rows of a reducescatter of `rows` rows: the first ranks take one more."""
     base, extra = divmod(rows, n)

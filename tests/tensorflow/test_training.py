@@ -199,6 +199,9 @@ def test_process_sets_reduce_over_their_members(mode):
         pytest.skip("a process set of some ranks needs two")
     members = [0, 1] if hvd.size() > 2 else [1]  # the set of every rank exists already
     subset = hvd.add_process_set(members)
+    # Horovod's internal view of the sets, which code written for it reads.
+    assert hvd.mpi_ops._basics._get_process_set_ids_and_ranks() == {0: list(range(hvd.size())),
+                                                                   subset.process_set_id: members}
     try:
         x = tf.constant([float(hvd.rank() + 1)] * 2)
         if subset.included():
@@ -212,6 +215,15 @@ def test_process_sets_reduce_over_their_members(mode):
         assert run(mode, lambda: hvd.process_set_included_op(subset.process_set_id)) == int(subset.included())
     finally:
         assert hvd.remove_process_set(subset)
+    # A removed set, or an id set by hand, is refused before any op is made, as Horovod does.
+    with pytest.raises(ValueError, match="not registered"):
+        hvd.allreduce(tf.ones(2), process_set=subset)
+    fake = hvd.ProcessSet([0])
+    fake.process_set_id = 10
+    for reduce in (lambda: hvd.allreduce(tf.ones(2), process_set=fake),
+                   lambda: hvd.grouped_allreduce([tf.ones(2)], process_set=fake), fake.size):
+        with pytest.raises(ValueError, match="process set 10 is not known"):
+            reduce()
 
 
 def test_elastic_states_commit_restore_and_sync():

@@ -68,6 +68,12 @@ class _DistributedBase:
         return self._hora_settings.process_set
 
     @property
+    def _agg_helper(self):
+        """Horovod's name for the local gradient aggregation (None unless backward_passes_per_step
+        > 1), which code written for Horovod reads (its `counter`: passes since the last reduction)."""
+        return self._hora_aggregator
+
+    @property
     def variables(self):
         base = super().variables
         return CallableList(base() if callable(base) else base)
@@ -112,7 +118,12 @@ class _Keras2Hooks(_DistributedBase):
         return self._hora_reduce_pairs(super().compute_gradients(loss, var_list, tape))
 
     def _compute_gradients(self, loss, var_list, grad_loss=None, tape=None):
-        return self._hora_reduce_pairs(super()._compute_gradients(loss, var_list, grad_loss, tape))
+        # Horovod offers this one on every Keras 2 optimizer, and code written for it calls it on
+        # the 2.11+ optimizers too, whose own method is compute_gradients (without grad_loss).
+        base = super()
+        if not hasattr(base, "_compute_gradients"):
+            return self._hora_reduce_pairs(base.compute_gradients(loss, var_list, tape))
+        return self._hora_reduce_pairs(base._compute_gradients(loss, var_list, grad_loss, tape))
 
     def get_gradients(self, loss, params):
         return self._hora_gradients(super().get_gradients(loss, params), params)

@@ -6,6 +6,7 @@ from hora import _core, _departure
 from hora.common import handles, requests
 from hora.common.identity import forget as _forget_identity
 from hora.common.identity import identity
+from hora.common.process_sets import process_set_ids_and_ranks as _get_process_set_ids_and_ranks  # noqa: F401
 from hora.common.process_sets import register_at_init
 
 

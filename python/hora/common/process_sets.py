@@ -25,9 +25,12 @@ class ProcessSet:
         self.process_set_id = None
 
     def size(self):
-        """The number of ranks in the set, or None while it is not registered."""
+        """The number of ranks in the set, or None while it is not registered; ValueError for an
+        id the running engine does not know (removed, or set by hand), as Horovod."""
         if self.process_set_id is None:
             return None
+        if self.process_set_id != 0 and _core.is_initialized() and self.process_set_id not in _core.process_set_ids():
+            raise ValueError(f"process set {self.process_set_id} is not known to hora (never added, or removed)")
         return len(self.ranks)
 
     def rank(self):
@@ -77,6 +80,12 @@ def remove_process_set(process_set):
     return True
 
 
+def process_set_ids_and_ranks():
+    """{process_set_id: its ranks} of every set the engine knows, the global set's 0 included
+    (Horovod's _basics._get_process_set_ids_and_ranks, which code written for it reads)."""
+    return {i: list(_core.process_set_ranks(i)) for i in _core.process_set_ids()}
+
+
 def register_at_init(process_sets, size):
     """What init does with its process_sets argument, after the engine has started with `size`
     ranks: ProcessSet objects to register now, on every rank alike, or "dynamic" (Horovod's
@@ -94,9 +103,11 @@ def register_at_init(process_sets, size):
 
 
 def require_registered(process_set):
-    """ValueError for a set the engine does not know (never added, or removed)."""
+    """ValueError for a set the engine does not know (never added, or removed), before any
+    request is made with it (Horovod's collectives ask the set's size first, which raises)."""
     if process_set.process_set_id is None:
         raise ValueError(f"{process_set} is not registered (hvd.add_process_set)")
+    process_set.size()
 
 
 def root_index(root_rank, process_set):

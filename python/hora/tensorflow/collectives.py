@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from hora.common.elastic import is_elastic_job
 from hora.common.ops import resolve_op, resolve_reducescatter_op
-from hora.common.process_sets import global_process_set
+from hora.common.process_sets import global_process_set, require_registered
 from hora.tensorflow.compression import Compression
 from hora.tensorflow.mpi_ops import (Average, Sum, _allreduce, _grouped_allreduce, _grouped_reducescatter,
                                      _reducescatter, grouped_allgather, size_op)
@@ -38,6 +38,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="", compressi
     CPU). compression: e.g. Compression.fp16 for the collective. Returns a tensor of the same
     shape and type (an IndexedSlices for an IndexedSlices)."""
     op = resolve_op(op, average, "allreduce", process_set)
+    require_registered(process_set)
     if isinstance(tensor, tf.IndexedSlices):
         _check_sparse(op, prescale_factor, postscale_factor)
         with tf.device(device_sparse):
@@ -61,6 +62,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="", 
     if not tensors:
         return tensors
     op = resolve_op(op, average, "grouped_allreduce", process_set)
+    require_registered(process_set)
     results = [None] * len(tensors)
     sparse = [i for i, t in enumerate(tensors) if isinstance(t, tf.IndexedSlices)]
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]

@@ -27,6 +27,8 @@ from hora.common.process_sets import (ProcessSet, add_process_set, global_proces
                                       process_set_by_id, remove_process_set)
 from hora.tensorflow.util import _executing_eagerly
 
+_basics = basics  # Horovod's name for the basics object, which code written for it reaches into
+
 
 def _load_library():
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_ops.so")

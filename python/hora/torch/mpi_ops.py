@@ -7,6 +7,7 @@ Async forms return an int handle for poll() and synchronize(); every wait releas
 """
 
 from hora.common.exceptions import HoraInternalError, HorovodInternalError  # noqa: F401
+from hora.common import basics as _basics  # noqa: F401  (Horovod's name, which code written for it reaches into)
 from hora.common.handles import poll, synchronize  # noqa: F401
 from hora.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
 from hora.common.requests import barrier  # noqa: F401

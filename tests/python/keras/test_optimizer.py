@@ -113,6 +113,36 @@ def test_backward_passes_per_step(average):
     assert int(model.optimizer.iterations.numpy()) == 2 * STEPS
 
 
+def test_aggregation_counter_under_horovods_name():
+    """Code written for Horovod reads the passes since the last reduction as
+    opt._agg_helper.counter; without aggregation there is no helper."""
+    x, y = global_data(3, BATCH)
+    opt = hvd.DistributedOptimizer(sgd(tf.keras), backward_passes_per_step=2)
+    model = mlp(tf.keras)
+    model.compile(optimizer=opt, loss="mse")
+    for step in range(3):
+        model.train_on_batch(rank_share(x, 3, BATCH)[step * BATCH:(step + 1) * BATCH],
+                             rank_share(y, 3, BATCH)[step * BATCH:(step + 1) * BATCH])
+    assert int(opt._agg_helper.counter.numpy()) == 3 % 2
+    assert hvd.DistributedOptimizer(sgd(tf.keras))._agg_helper is None
+
+
+@pytest.mark.skipif(keras_generation() != 2, reason="Keras 2's gradient-computing methods")
+def test_compute_gradients_under_either_name_are_averaged():
+    """Horovod's DistributedOptimizer has _compute_gradients on every Keras 2 optimizer, and code
+    written for it calls that on the 2.11+ optimizers too, whose own method is compute_gradients:
+    both return the gradients averaged over the ranks."""
+    w = tf.Variable([1.0, 2.0])
+    opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1))
+    mean = np.mean([r + 1.0 for r in range(hvd.size())])
+    for method in ("compute_gradients", "_compute_gradients"):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(w * float(hvd.rank() + 1))
+        [(grad, var)] = getattr(opt, method)(loss, [w], tape=tape)
+        assert var is w
+        np.testing.assert_allclose(grad.numpy(), [mean, mean])
+
+
 @pytest.mark.parametrize("sparse_as_dense", [False, True], ids=["sparse", "dense"])
 def test_embedding_gradients(sparse_as_dense):
     """An Embedding's gradient is IndexedSlices: reduced as such, or as a dense tensor."""

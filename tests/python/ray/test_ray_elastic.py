@@ -207,10 +207,11 @@ class _NoArgs:
 
 def test_more_resets_than_reset_limit_end_the_job(cluster, tmp_path):
     """reset_limit=1: losing a worker is the one reset allowed (the job goes on, smaller); when its
-    host's cooldown ends and a new worker joins, that second reset ends the job."""
+    host's cooldown ends and a new worker joins, that second reset ends the job. The cooldown
+    leaves the smaller job time to train before it (under load, 1 s was not always enough)."""
     cluster.ensure("127.0.0.2", "127.0.0.3")
     size = len(cluster.alive())
-    executor = _elastic_executor(min_workers=1, max_workers=size, reset_limit=1, cooldown_range=(1, 1))
+    executor = _elastic_executor(min_workers=1, max_workers=size, reset_limit=1, cooldown_range=(4, 4))
     executor.start()
     job = jobs.RunInThread(executor, jobs.train, (str(tmp_path), lambda log: False))
     jobs.wait_progress(job, str(tmp_path), size, COMMIT_EVERY)
