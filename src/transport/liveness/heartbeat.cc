@@ -75,10 +75,10 @@ Heartbeat::Heartbeat(const HeartbeatOptions& options, std::vector<int> sockets, 
 
 Heartbeat::~Heartbeat() {
   if (!thread_.joinable()) return;
-  sendAll(Kind::kGoodbye);
   const uint64_t one = 1;
   [[maybe_unused]] auto n = ::write(stop_.get(), &one, sizeof(one));
   thread_.join();
+  sendAll(Kind::kGoodbye);  // after the join: the beat thread's sendAll also numbers datagrams
   for (int r = 0; r < options_.size; ++r) {
     if (r != options_.rank)
       HORA_LOG(debug, "heartbeat: the longest silence of {} was {} ms", names_[static_cast<size_t>(r)],
