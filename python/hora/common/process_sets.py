@@ -29,8 +29,7 @@ class ProcessSet:
         id the running engine does not know (removed, or set by hand), as Horovod."""
         if self.process_set_id is None:
             return None
-        if self.process_set_id != 0 and _core.is_initialized() and self.process_set_id not in _core.process_set_ids():
-            raise ValueError(f"process set {self.process_set_id} is not known to hora (never added, or removed)")
+        _require_known(self.process_set_id)
         return len(self.ranks)
 
     def rank(self):
@@ -107,7 +106,13 @@ def require_registered(process_set):
     request is made with it (Horovod's collectives ask the set's size first, which raises)."""
     if process_set.process_set_id is None:
         raise ValueError(f"{process_set} is not registered (hvd.add_process_set)")
-    process_set.size()
+    _require_known(process_set.process_set_id)
+
+
+def _require_known(process_set_id):
+    """ValueError for an id the running engine does not know (removed, or set by hand)."""
+    if process_set_id != 0 and _core.is_initialized() and process_set_id not in _core.process_set_ids():
+        raise ValueError(f"process set {process_set_id} is not known to hora (never added, or removed)")
 
 
 def root_index(root_rank, process_set):
