@@ -45,11 +45,30 @@ void ProcessSets::agree(const std::string& what, const std::vector<int64_t>& val
 }
 
 int ProcessSets::add(std::vector<int> ranks) {
-  int id;
+  int id, split;
   {
     common::MutexLock lock(mutex_);
-    id = next_id_++;
+    if (free_ids_.empty()) {
+      id = next_id_++;
+    } else {
+      id = free_ids_.front();
+      free_ids_.pop_front();
+    }
+    split = splits_++;
   }
+  try {
+    std::shared_ptr<Runtime> runtime = joinSet(id, split, ranks);
+    common::MutexLock lock(mutex_);
+    sets_.emplace(id, Set{std::move(ranks), std::move(runtime)});
+    return id;
+  } catch (...) {  // every rank fails alike (agree), so every rank gives the id back alike
+    common::MutexLock lock(mutex_);
+    free_ids_.push_front(id);
+    throw;
+  }
+}
+
+std::shared_ptr<Runtime> ProcessSets::joinSet(int id, int split, const std::vector<int>& ranks) {
   const std::string what = "add_process_set." + std::to_string(id);
   agree(what, std::vector<int64_t>(ranks.begin(), ranks.end()));
   const int size = world_->identity().size;
@@ -58,16 +77,12 @@ int ProcessSets::add(std::vector<int> ranks) {
       throw InvalidArgumentError(what + ": ranks must be ascending, distinct and below " + std::to_string(size));
   }
   if (ranks.empty()) throw InvalidArgumentError(what + ": a process set needs at least one rank");
-  Set set{ranks, nullptr};
-  if (std::binary_search(ranks.begin(), ranks.end(), world_->identity().rank)) {
-    EngineOptions options = options_;
-    options.timeline.clear();  // the timeline records set 0
-    options.autotune.enabled = false;  // and the autotuner tunes set 0 only (Note [autotuning])
-    set.runtime = std::make_shared<Runtime>(world_->communicator().split(ranks, "set" + std::to_string(id)), options);
-  }
-  common::MutexLock lock(mutex_);
-  sets_.emplace(id, std::move(set));
-  return id;
+  if (!std::binary_search(ranks.begin(), ranks.end(), world_->identity().rank)) return nullptr;
+  EngineOptions options = options_;
+  options.timeline.clear();  // the timeline records set 0
+  options.autotune.enabled = false;  // and the autotuner tunes set 0 only (Note [autotuning])
+  const std::string key = "set" + std::to_string(id) + "." + std::to_string(split);
+  return std::make_shared<Runtime>(world_->communicator().split(ranks, key), options);
 }
 
 void ProcessSets::remove(int id) {
@@ -81,6 +96,7 @@ void ProcessSets::remove(int id) {
     if (it == sets_.end()) return;  // removed by another thread meanwhile
     runtime = std::move(it->second.runtime);
     sets_.erase(it);
+    free_ids_.push_back(id);
   }
   if (runtime) runtime->shutdown("removed process set " + std::to_string(id));
 }

@@ -3,11 +3,11 @@ timeline: the parts of a frontend's API that move no tensors (Horovod's
 horovod.common.basics)."""
 
 from hora import _core, _departure
-from hora.common import handles, requests
+from hora.common import handles
 from hora.common.identity import forget as _forget_identity
 from hora.common.identity import identity
 from hora.common.process_sets import process_set_ids_and_ranks as _get_process_set_ids_and_ranks  # noqa: F401
-from hora.common.process_sets import register_at_init
+from hora.common.process_sets import forget_unnamed_calls, register_at_init
 
 
 def init(comm=None, process_sets=None, *, compute_threads=None):
@@ -30,7 +30,7 @@ def shutdown():
     _core.shutdown("called shutdown()")
     _forget_identity()
     handles.forget()
-    requests.forget_names()
+    forget_unnamed_calls()
 
 
 def set_compute_threads(threads):

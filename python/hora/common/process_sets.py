@@ -4,6 +4,7 @@ is the root's rank()); the engine numbers a set's members 0..k-1, which root_ind
 translates to."""
 
 import numbers
+import threading
 
 from hora import _core
 from hora.common.identity import identity
@@ -52,6 +53,27 @@ class ProcessSet:
         return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks}, mpi_comm=None)"
 
 
+_lock = threading.Lock()
+_unnamed_calls = {}  # (op, process set id) -> how many unnamed calls of op the set has had
+
+
+def count_unnamed_call(op, process_set_id):
+    """The number of this unnamed call of `op` in the set, from 0. A set added under the id of a
+    removed one counts from 0 again: its members did not all belong to the removed set, and each
+    must number alike."""
+    with _lock:
+        n = _unnamed_calls.get((op, process_set_id), 0)
+        _unnamed_calls[(op, process_set_id)] = n + 1
+    return n
+
+
+def forget_unnamed_calls(process_set_id=None):
+    """Restarts the numbering of one set's unnamed calls, or of every set's (at shutdown)."""
+    with _lock:
+        for key in [k for k in _unnamed_calls if process_set_id in (None, k[1])]:
+            del _unnamed_calls[key]
+
+
 # Every rank; its ranks are filled in by init (the job's size is known only then).
 global_process_set = ProcessSet([])
 global_process_set.process_set_id = 0
@@ -75,6 +97,7 @@ def remove_process_set(process_set):
     if process_set.process_set_id in (None, 0) or process_set.process_set_id not in _core.process_set_ids():
         return False
     _core.remove_process_set(process_set.process_set_id)
+    forget_unnamed_calls(process_set.process_set_id)  # the engine gives the id out again
     process_set.process_set_id = None
     return True
 

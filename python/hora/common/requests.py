@@ -5,10 +5,8 @@ the argument checks that need no tensor, join and barrier.
 A frontend turns its tensors into these arguments (a dtype name of hora/types.h, a shape, data
 pointers) and back; the data crosses without a copy."""
 
-import threading
-
 from hora import _core
-from hora.common.process_sets import global_process_set, require_registered
+from hora.common.process_sets import count_unnamed_call, global_process_set, require_registered
 
 # The collective kinds, as the engine numbers them.
 ALLREDUCE = _core.ALLREDUCE
@@ -17,28 +15,15 @@ BROADCAST = _core.BROADCAST
 ALLTOALL = _core.ALLTOALL
 REDUCESCATTER = _core.REDUCESCATTER
 
-_lock = threading.Lock()
-_name_counters = {}  # (op, process set id) -> next number of an unnamed tensor
-
-
 def auto_name(op, name, process_set):
     """`name`, or the next "op.noname.N" of this op in this process set. Counting per set keeps
     the names of the ranks in step when the members of different sets make different numbers
     of calls."""
     if name is not None:
         return name
-    key = (op, process_set.process_set_id)
-    with _lock:
-        n = _name_counters.get(key, 0)
-        _name_counters[key] = n + 1
-    suffix = "" if key[1] == 0 else f".set{key[1]}"
+    n = count_unnamed_call(op, process_set.process_set_id)
+    suffix = "" if process_set.process_set_id == 0 else f".set{process_set.process_set_id}"
     return f"{op}.noname.{n}{suffix}"
-
-
-def forget_names():
-    """At shutdown: the next job (or generation) numbers its unnamed calls from 0 again."""
-    with _lock:
-        _name_counters.clear()
 
 
 def enqueue(name, kind, dtype, shape, data, output=0, *, reduce_op=0, prescale=1.0, postscale=1.0, root=0,

@@ -235,6 +235,36 @@ TEST(Engine, ProcessSetsNegotiateApartAndDoNotBlockEachOther) {
   }));
 }
 
+TEST(Engine, RemovedProcessSetIdsAreGivenOutAgainOldestFirst) {
+  expectNoErrors(runEngines(3, [](Engine& e) {
+    const int r = e.identity().rank;
+    const int a = e.addProcessSet({0, 1});
+    const int b = e.addProcessSet({1, 2});
+    const int c = e.addProcessSet({0, 2});
+    EXPECT_EQ((std::vector<int>{a, b, c}), (std::vector<int>{1, 2, 3}));
+    e.removeProcessSet(b);
+    e.removeProcessSet(a);
+    // A failed add takes no id: b, the first freed, is still next.
+    EXPECT_THROW(e.addProcessSet({0, 3}), InvalidArgumentError);
+    const int again = e.addProcessSet({0, 1});  // the ranks of a, under b's id
+    const int then = e.addProcessSet({1, 2});
+    const int fresh = e.addProcessSet({0});
+    EXPECT_EQ((std::vector<int>{again, then, fresh}), (std::vector<int>{b, a, 4}));
+    EXPECT_EQ(e.processSetRanks(again), (std::vector<int>{0, 1}));
+    EXPECT_EQ(e.processSetRanks(then), (std::vector<int>{1, 2}));
+    // The reused ids' sets are connected anew: their collectives reach their own members.
+    std::vector<float> x(1000);
+    if (r < 2) {
+      submitFilled(e, "again", x, static_cast<float>(r + 1), ReduceOp::kSum, again).wait(30s);
+      EXPECT_EQ(x[999], 3.0f);
+    }
+    if (r > 0) {
+      submitFilled(e, "then", x, static_cast<float>(r + 1), ReduceOp::kSum, then).wait(30s);
+      EXPECT_EQ(x[999], 5.0f);
+    }
+  }));
+}
+
 TEST(Engine, ProcessSetArgumentsThatDifferBetweenRanksFailOnEveryRank) {
   const auto errors = runEngines(3, [](Engine& e) {
     e.addProcessSet(e.identity().rank == 1 ? std::vector<int>{0, 2} : std::vector<int>{0, 1});
