@@ -9,6 +9,9 @@ after the warm-up steps, from Keras' own model.fit):
   mwms    N processes with TF_CONFIG on loopback ports, tf.distribute.MultiWorkerMirroredStrategy
           (ring all-reduce over gRPC, TensorFlow's collective for CPUs), the dataset distributed
           with distribute_datasets_from_function
+  barrier horarun -np N, each rank training alone (no gradient exchange) but meeting the others
+          once per step in a 4-byte hvd.allreduce (eager, after the step): what synchronizing
+          the ranks every step costs by itself, the floor under any exchange of gradients
   bound   N plain Keras processes at once, each training alone on its share of the batch, no
           exchange at all: their images/s together, over the window in which all of them are in
           their timed steps (common_window_rate), is what N ranks could reach if communication
@@ -22,7 +25,7 @@ tutorial's WideResNet (examples/keras/fashion_mnist.py's architecture, --depth/-
 batch 32 as in the tutorial).
 
 usage: .venv/bin/python benchmarks/tensorflow/keras_bench.py [--np 2 4] [--models cnn wrn]
-           [--configs hora mwms bound] [--repeat 3] [--python .venv/bin/python] [--json FILE]
+           [--configs hora mwms bound (barrier)] [--repeat 3] [--python .venv/bin/python] [--json FILE]
            (prints markdown; --hosts NS:ADDR NS:ADDR --ssh-key KEY puts one rank on each of
            those network namespaces: benchmarks/multihost/keras_tbf.sh sets them up)
 """
@@ -42,7 +45,7 @@ import time
 
 HERE = os.path.abspath(__file__)
 GLOBAL_BATCH = {"cnn": 128, "wrn": 32}
-CONFIGS = ("hora", "mwms", "bound")
+CONFIGS = ("hora", "mwms", "barrier", "bound")
 RESULT = re.compile(r"RESULT rank=(\d+) images_per_s=(\S+)")
 STEP_ENDS = re.compile(r"STEP_ENDS rank=(\d+) images_per_step=(\d+) (\[.*\])")
 
@@ -103,6 +106,16 @@ def step_clock(warmup):
     return StepClock()
 
 
+def step_barrier(hvd):
+    import tensorflow as tf
+
+    class StepBarrier(tf.keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            hvd.allreduce(tf.constant([1.0]), name="step_barrier")
+
+    return StepBarrier()
+
+
 def worker(args):
     import tensorflow as tf
 
@@ -125,12 +138,15 @@ def worker(args):
     else:
         model = build_model(args.model, args.depth, args.width)
         optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
-        if args.worker == "hora":
+        if args.worker in ("hora", "barrier"):
             hvd = importlib.import_module(args.api)
             hvd.init()
             rank = hvd.rank()
+        if args.worker == "hora":
             optimizer = hvd.DistributedOptimizer(optimizer)
             callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
+        elif args.worker == "barrier":
+            callbacks.append(step_barrier(hvd))
         else:
             rank = int(os.environ.get("BENCH_INDEX", "0"))
         model.compile(optimizer=optimizer, loss=loss)
@@ -162,7 +178,7 @@ def commands_for(config, n, argv, env, args):
     the hosts' addresses in TF_CONFIG."""
     hosts = args.hosts or [(None, "127.0.0.1")] * n
     on_host = [["ip", "netns", "exec", ns] if ns else [] for ns, _ in hosts]
-    if config == "hora":
+    if config in ("hora", "barrier"):
         horarun = [os.path.join(os.path.dirname(args.python), "horarun"), "-np", str(n)]
         if args.hosts:
             horarun += ["-i", args.ssh_key, "-H", ",".join(f"{ip}:1" for _, ip in hosts),
@@ -245,7 +261,7 @@ def main():
     parser.add_argument("--models", nargs="+", default=["cnn", "wrn"], choices=sorted(GLOBAL_BATCH))
     parser.add_argument("--depth", type=int, default=16, help="WideResNet depth (the tutorial's 16)")
     parser.add_argument("--width", type=int, default=10, help="WideResNet width (the tutorial's 10)")
-    parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=CONFIGS)
+    parser.add_argument("--configs", nargs="+", default=["hora", "mwms", "bound"], choices=CONFIGS)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=0, help="timed steps (default: cnn 300, wrn 12)")
     parser.add_argument("--warmup", type=int, default=5)
@@ -278,8 +294,9 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
-    names = {"hora": "hora", "mwms": "MWMS", "bound": "bound"}
-    ratios = [(a, b) for a, b in (("hora", "mwms"), ("hora", "bound")) if {a, b} <= set(args.configs)]
+    names = {"hora": "hora", "mwms": "MWMS", "barrier": "barrier", "bound": "bound"}
+    ratios = [(a, b) for a, b in (("hora", "mwms"), ("hora", "bound"), ("barrier", "bound"), ("hora", "barrier"))
+              if {a, b} <= set(args.configs)]
     print("\n| model | ranks | " + " | ".join(f"{names[c]} images/s" for c in args.configs) + " | "
           + " | ".join(f"{names[a]} / {names[b]}" for a, b in ratios) + " |")
     print("|---|---|" + "---|" * (len(args.configs) + len(ratios)))
