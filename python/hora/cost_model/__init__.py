@@ -8,11 +8,6 @@ communication time for a described cluster and says which mode and how many serv
   exchanges.py  allreduce algorithms' cost vectors       servers.py   parameter servers'
   fit.py        least squares from measurement records   predict.py   a step, 2..1,024 ranks
   models.py     gradient sizes of real models            cli.py       python -m hora.cost_model
+
+The modules are imported by name (hora.cost_model.fit, ...): this package imports nothing itself.
 """
-
-from hora.cost_model.cluster import Cluster
-from hora.cost_model.fit import fit
-from hora.cost_model.params import TERMS, Params
-from hora.cost_model.predict import predict_table
-
-__all__ = ["Cluster", "Params", "TERMS", "fit", "predict_table"]

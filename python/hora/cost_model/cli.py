@@ -24,7 +24,7 @@ def load_records(paths):
 
 
 def run_fit(args):
-    params, used = fit.fit(load_records(args.records))
+    params, used = fit.fit_params(load_records(args.records))
     document = {"params": params.to_json(), "rows_per_stage": used, "records": args.records}
     with open(args.out, "w") as f:
         json.dump(document, f, indent=1)

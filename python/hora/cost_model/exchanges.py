@@ -60,7 +60,7 @@ def hierarchical(cluster, size):
     carries L slices), an allgather inside each host."""
     hosts, per_host = cluster.hosts, cluster.ranks_per_host
     if hosts == 1 or per_host == 1:
-        return ring(cluster, size) if size > threshold(cluster) else recursive_doubling(cluster, size)
+        return flat(cluster, size)
     slice_bytes = size / per_host
     local = (per_host - 1) * hop(cluster, False, slice_bytes)
     scatter = local + (per_host - 1) * reduction(cluster, slice_bytes)
@@ -77,13 +77,19 @@ def threshold(cluster):
     return SHM_RING_THRESHOLD if cluster.hosts == 1 else RING_THRESHOLD
 
 
-def hora_allreduce(cluster, size):
-    """What hora's plan picks (HORA_HIERARCHICAL_ALLREDUCE=auto): the hierarchy across even hosts
-    of several ranks for messages above the ring threshold, else the ring, else recursive doubling."""
-    if cluster.hosts > 1 and cluster.ranks_per_host > 1 and size > RING_THRESHOLD:
-        return hierarchical(cluster, size)
+def flat(cluster, size):
+    """What hora's plan picks without the hierarchy (HORA_HIERARCHICAL_ALLREDUCE=0): the ring above
+    the ring threshold, recursive doubling up to it."""
     return ring(cluster, size) if size > threshold(cluster) else recursive_doubling(cluster, size)
 
 
+def hora_allreduce(cluster, size):
+    """What hora's plan picks (HORA_HIERARCHICAL_ALLREDUCE=auto): the hierarchy across even hosts
+    of several ranks for messages above the ring threshold, else the flat choice."""
+    if cluster.hosts > 1 and cluster.ranks_per_host > 1 and size > RING_THRESHOLD:
+        return hierarchical(cluster, size)
+    return flat(cluster, size)
+
+
 ALLREDUCE_ALGORITHMS = {"ring": ring, "recursive-doubling": recursive_doubling, "hierarchical": hierarchical,
-                        "auto": hora_allreduce}
+                        "flat": flat, "auto": hora_allreduce}

@@ -64,7 +64,7 @@ def fit_terms(rows, measured, free, fixed):
     return dict(zip(free, solution))
 
 
-def fit(records, start=Params()):
+def fit_params(records, start=Params()):
     """Params fitted to the records, stage by stage; a stage without records keeps `start`'s values.
     Returns (params, {stage: number of rows used})."""
     params, used = start, {}

@@ -74,7 +74,7 @@ def predict_row(params, tensor_elements, ranks, ranks_per_host, link_gbit, max_s
     per_host = min(ranks, ranks_per_host)
     cluster = Cluster(hosts=max(1, ranks // per_host), ranks_per_host=per_host, link_gbit=link_gbit, cores=cores)
     seconds = {name: params.seconds(allreduce_step(cluster, tensor_elements, name))
-               for name in exchanges.ALLREDUCE_ALGORITHMS}
+               for name in ("ring", "recursive-doubling", "hierarchical", "auto")}
     ps_sync = best_servers(params, cluster, tensor_elements, "ps-sync", max_servers)
     ps_async = best_servers(params, cluster, tensor_elements, "ps-async", max_servers)
     return Row(cluster.ranks, cluster.hosts, seconds, ps_sync, ps_async, recommend(seconds, ps_sync, ps_async))
