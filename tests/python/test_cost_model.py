@@ -35,7 +35,7 @@ def test_ring_across_four_hosts():
 def test_ring_on_one_host_uses_shared_memory_and_shared_cores():
     # 4 ranks on 2 cores: every CPU-bound term takes twice as long.
     c, s = Cluster(hosts=1, ranks_per_host=4, link_gbit=1, cores=2), 8 * MiB
-    hand = 6 * (P.alpha_shm + 2 * P.beta_shm * s / 4) + 3 * 2 * P.gamma * s / 4
+    hand = 6 * (2 * P.alpha_shm + 2 * P.beta_shm * s / 4) + 3 * 2 * P.gamma * s / 4
     assert P.seconds(exchanges.ring(c, s)) == pytest.approx(hand)
 
 
@@ -46,6 +46,13 @@ def test_recursive_doubling_on_two_hosts_of_two():
     hand = (P.alpha_shm + P.beta_shm * s + P.gamma * s) + \
         (P.alpha_net + link(2 * s, 1) + P.beta_tcp * s + P.gamma * s)
     assert P.seconds(exchanges.recursive_doubling(c, s)) == pytest.approx(hand)
+
+
+def test_shared_cores_stretch_all_but_the_wire():
+    # 8 ranks on 4 hosts sharing 2 cores: CPU work takes 4 times as long, the link does not.
+    c, s = Cluster(hosts=4, ranks_per_host=2, link_gbit=1, cores=2), 16 * MiB
+    hand = 14 * (4 * P.alpha_net + link(s / 8, 1) + 4 * P.beta_tcp * s / 8) + 7 * 4 * P.gamma * s / 8
+    assert P.seconds(exchanges.ring(c, s)) == pytest.approx(hand)
 
 
 def test_recursive_doubling_folds_three_ranks():

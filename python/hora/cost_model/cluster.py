@@ -10,8 +10,8 @@ class Cluster:
     ranks_per_host: int
     link_gbit: float             # each host's link, each direction (full duplex)
     # Cores that every process of the job shares (the namespace hosts of one machine). None: each
-    # process has a core of its own, as on a real cluster. CPU-bound terms (beta_tcp, beta_shm,
-    # gamma) stretch by processes / cores when the processes outnumber the cores.
+    # process has a core of its own, as on a real cluster. CPU-bound terms (all but the wire)
+    # stretch by processes / cores when the processes outnumber the cores.
     cores: Optional[int] = None
 
     def __post_init__(self):

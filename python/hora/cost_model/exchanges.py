@@ -17,16 +17,18 @@ SHM_RING_THRESHOLD = 4 * 1024    # HORA_SHM_RING_THRESHOLD: the same inside one 
 def hop(cluster, crosses, message_bytes, link_bytes=None):
     """Every rank sends one message of `message_bytes`, across hosts or inside one; `link_bytes`
     is what the busiest link carries meanwhile (several ranks of a host may cross at once)."""
+    # Sending and receiving is CPU work (on one machine's namespace hosts, the messages' latency
+    # is too): all of it stretches when the ranks outnumber the cores; the wire does not.
     stretch = cluster.cpu_stretch(cluster.ranks)
     if not crosses:
-        return costs(alpha_shm=1, beta_shm=message_bytes * stretch)
+        return stretch * costs(alpha_shm=1, beta_shm=message_bytes)
     link_bytes = message_bytes if link_bytes is None else link_bytes
-    return costs(alpha_net=1, wire=cluster.wire_seconds(link_bytes), beta_tcp=message_bytes * stretch)
+    return costs(wire=cluster.wire_seconds(link_bytes)) + stretch * costs(alpha_net=1, beta_tcp=message_bytes)
 
 
-def reduction(cluster, reduced_bytes, processes=None):
-    """Every rank (or `processes` of them) adds `reduced_bytes` into its accumulator."""
-    return costs(gamma=reduced_bytes * cluster.cpu_stretch(cluster.ranks if processes is None else processes))
+def reduction(cluster, reduced_bytes):
+    """Every rank adds `reduced_bytes` into its accumulator."""
+    return costs(gamma=reduced_bytes * cluster.cpu_stretch(cluster.ranks))
 
 
 def ring(cluster, size):

@@ -47,8 +47,7 @@ def _server_work(cluster, servers, shard_bytes, passes):
     processes = cluster.ranks + servers
     stretch = cluster.cpu_stretch(processes)
     biggest = cluster.ranks * max(shard_bytes)
-    return costs(beta_tcp=biggest * stretch, gamma=passes * biggest * stretch,
-                 alpha_ps=2 * servers + 2 * cluster.ranks)
+    return stretch * costs(beta_tcp=biggest, gamma=passes * biggest, alpha_ps=2 * servers + 2 * cluster.ranks)
 
 
 def ps_sync(cluster, tensor_elements, servers):
