@@ -35,9 +35,11 @@ bench=$build/benchmarks/hora-bench
 hosts_available || exit 77
 record() { "$python" "$here/records.py" "$@"; }
 
+raw=$(mktemp)
 "$build/benchmarks/reduce-benchmark" --benchmark_filter='Reduce/Float32Sum' --benchmark_format=json \
-  --benchmark_repetitions=3 >"$out/reduce.raw.json" 2>/dev/null
-record reduce "$out/reduce.raw.json" --role calibration --out "$out/reduce.json"
+  --benchmark_repetitions=3 >"$raw" 2>/dev/null
+record reduce "$raw" --role calibration --out "$out/reduce.json"
+rm -f "$raw"
 
 hosts_up 10  # 8 workers and 2 servers at most
 cleanup() {

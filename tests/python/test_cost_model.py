@@ -90,13 +90,23 @@ def test_shards_as_the_servers_place_them():
 
 
 def test_ps_sync_two_servers():
-    # W = 4 workers on 4 hosts, K = 2 servers, one tensor of S (shards S/2): the pushes reach one
-    # server after the other (4 S in all on the servers' links), then the last server's replies
-    # (4 S/2); the busiest server receives, sums and sends 4 shards, 2 K + 2 W messages.
+    # W = 4 workers on 4 hosts, K = 2 servers, one tensor of 4 MiB: shards of 2 MiB fit the socket
+    # buffer, so the pushes to both servers overlap (4 shards on each server's link), then the
+    # replies (4 shards); the busiest server receives, sums and sends 4 shards; 2 K + 2 W messages.
     c, elements = Cluster(hosts=4, ranks_per_host=1, link_gbit=1), 4 * MiB // 4
-    s = elements * 4
-    hand = link(4 * s + 4 * s / 2, 1) + P.beta_tcp * 4 * s / 2 + P.gamma * 4 * s / 2 + P.alpha_ps * (2 * 2 + 2 * 4)
+    shard = elements * 4 / 2
+    hand = link(4 * shard + 4 * shard, 1) + P.beta_tcp * 4 * shard + P.gamma * 4 * shard + P.alpha_ps * (2 * 2 + 2 * 4)
     assert P.seconds(servers.ps_sync(c, [elements], 2)) == pytest.approx(hand)
+
+
+def test_ps_sync_pushes_large_shards_one_server_after_the_other():
+    # 16 MiB over 2 servers: shards of 8 MiB; a worker's push to server 0 returns with 4 MiB
+    # (the socket buffer) still to go, so server 1's push starts after 4 MiB x W of server 0's:
+    # pushes W x (4 + 8) MiB, replies W x 8 MiB. One server: W x 16 MiB each way.
+    c, elements = Cluster(hosts=4, ranks_per_host=1, link_gbit=1), 16 * MiB // 4
+    only_wire = Params(wire=1.0)
+    assert only_wire.seconds(servers.ps_sync(c, [elements], 2)) == pytest.approx((4 * 12 * MiB + 4 * 8 * MiB) * 8e-9)
+    assert only_wire.seconds(servers.ps_sync(c, [elements], 1)) == pytest.approx(2 * 4 * 16 * MiB * 8e-9)
 
 
 def test_ps_async_is_the_busiest_link_one_way():
@@ -165,12 +175,13 @@ def test_recommendation_switches_where_the_formulas_cross():
 
 
 def test_more_servers_only_while_they_pay():
-    # Without per-message cost every server added shortens the replies (the pushes stay W x S)
-    # until the workers' own links bind: from K = W = 8 on a worker receives all of S whatever K,
-    # so 8 (the fewest of the equals). With a large per-message cost, one server is best.
-    cheap = predict.best_servers(Params(wire=1.0), Cluster(8, 1, 1.0), [MiB], "ps-sync", 16)
-    costly = predict.best_servers(Params(wire=1.0, alpha_ps=1.0), Cluster(8, 1, 1.0), [MiB], "ps-sync", 16)
-    assert cheap[1] == 8 and costly[1] == 1
+    # 8 workers, 64 MiB, no per-message cost: servers pay until the shards fit the socket buffer
+    # (K = 16: 4 MiB) and the pushes overlap; from then on each worker's own link, carrying all of
+    # S each way, binds, and 32 servers are no faster (the fewest of the equals wins). With a large
+    # per-message cost, one server is best.
+    cheap = predict.best_servers(Params(wire=1.0), Cluster(8, 1, 1.0), [64 * MiB], "ps-sync", 32)
+    costly = predict.best_servers(Params(wire=1.0, alpha_ps=1.0), Cluster(8, 1, 1.0), [MiB], "ps-sync", 32)
+    assert cheap == (pytest.approx(2 * 64 * MiB * 8e-9), 16) and costly[1] == 1
 
 
 def run_cli(*args):
