@@ -179,7 +179,7 @@ def test_more_servers_only_while_they_pay():
     # (K = 16: 4 MiB) and the pushes overlap; from then on each worker's own link, carrying all of
     # S each way, binds, and 32 servers are no faster (the fewest of the equals wins). With a large
     # per-message cost, one server is best.
-    cheap = predict.best_servers(Params(wire=1.0), Cluster(8, 1, 1.0), [64 * MiB], "ps-sync", 32)
+    cheap = predict.best_servers(Params(wire=1.0), Cluster(8, 1, 1.0), [64 * MiB // 4], "ps-sync", 32)
     costly = predict.best_servers(Params(wire=1.0, alpha_ps=1.0), Cluster(8, 1, 1.0), [MiB], "ps-sync", 32)
     assert cheap == (pytest.approx(2 * 64 * MiB * 8e-9), 16) and costly[1] == 1
 
