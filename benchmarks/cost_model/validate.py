@@ -73,6 +73,21 @@ def table(rows, target):
     return "\n".join(lines)
 
 
+def summary(rows, target):
+    """Per link, exchange and layout: how many sizes are within the target, the errors' range."""
+    groups = collections.defaultdict(list)
+    for c in rows:
+        groups[c["link_gbit"], c["exchange"], c["hosts"], c["ranks_per_host"], c["role"]].append(c["error"])
+    lines = ["| link | exchange | hosts x ranks | use | within target | errors (smallest size first) |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for (link, exchange, hosts, per_host, role), errors in sorted(groups.items()):
+        inside = sum(abs(e) <= target for e in errors)
+        lines.append(f"| {f'{link:g} Gbit/s' if link else 'one host'} | {exchange} | {hosts} x {per_host} | "
+                     f"{'fit' if role == 'calibration' else 'check'} | {inside} of {len(errors)} | "
+                     f"{' '.join(f'{e * 100:+.0f}%' for e in errors)} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("directory")
@@ -85,6 +100,7 @@ def main():
     print("Fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in params.to_json().items()))
     print("Rows per stage: " + ", ".join(f"{k} {v}" for k, v in used.items()) + "\n")
     rows = comparisons(records, params)
+    print(summary(rows, args.target) + "\n")
     print(table(rows, args.target))
     loads = [r["loadavg"] for r in records]
     print(f"\n{len(records)} records; load average (1 min) when each was written: {min(loads):.1f}-{max(loads):.1f}.")
