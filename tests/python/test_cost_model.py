@@ -161,6 +161,19 @@ def test_fit_under_noise_stays_close():
         assert getattr(fitted, name) == pytest.approx(getattr(P, name), rel=0.1), name
 
 
+def test_fit_leaves_out_small_messages_across_hosts_when_asked():
+    # Rows across hosts below 256 KiB made 10 times faster (a tbf burst): left out, the fit is exact.
+    records = synthetic_records(P)
+    for r in records:
+        for row in r["rows"]:
+            if r.get("hosts", 1) > 1 and row["bytes"] < 256 * 1024:
+                row["seconds"] /= 10
+    fitted, used = fit.fit_params(records, min_network_bytes=256 * 1024)
+    assert used["network"] == 10 and used["shared memory"] == 8
+    for name, value in P.to_json().items():
+        assert getattr(fitted, name) == pytest.approx(value, rel=1e-6), name
+
+
 def test_recommendation_switches_where_the_formulas_cross():
     # Only message latencies and the wire (8 Gbit/s: a byte takes 1 ns). 2 hosts x 1 rank, one
     # server: allreduce of S <= 512 KiB is one exchange, a + S ns; ps-sync moves 2 S in and 2 S

@@ -24,7 +24,7 @@ def load_records(paths):
 
 
 def run_fit(args):
-    params, used = fit.fit_params(load_records(args.records))
+    params, used = fit.fit_params(load_records(args.records), min_network_bytes=args.min_network_bytes)
     document = {"params": params.to_json(), "rows_per_stage": used, "records": args.records}
     with open(args.out, "w") as f:
         json.dump(document, f, indent=1)
@@ -76,6 +76,8 @@ def parser():
     f = sub.add_parser("fit", help="fit the parameters to measurement records")
     f.add_argument("records", nargs="+")
     f.add_argument("--out", required=True)
+    f.add_argument("--min-network-bytes", type=int, default=0,
+                   help="leave out rows across hosts below this size (a tbf burst passes uncapped)")
     f.add_argument("--json", action="store_true")
     p = sub.add_parser("predict", help="a step's communication time from 2 to 1,024 ranks, and what to use")
     p.add_argument("--params", required=True, help="what `fit` wrote")

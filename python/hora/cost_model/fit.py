@@ -64,13 +64,16 @@ def fit_terms(rows, measured, free, fixed):
     return dict(zip(free, solution))
 
 
-def fit_params(records, start=Params()):
+def fit_params(records, start=Params(), min_network_bytes=0):
     """Params fitted to the records, stage by stage; a stage without records keeps `start`'s values.
+    Rows across hosts smaller than `min_network_bytes` are left out of the fit (a tbf-capped link
+    lets a burst through at the veth's speed, so its small messages do not show the link).
     Returns (params, {stage: number of rows used})."""
     params, used = start, {}
     for stage, selects, free in STAGES:
         chosen = [r for r in records if selects(r)]
-        rows = [(row_costs(r, row["bytes"]), row["seconds"]) for r in chosen for row in r["rows"]]
+        rows = [(row_costs(r, row["bytes"]), row["seconds"]) for r in chosen for row in r["rows"]
+                if r.get("hosts", 1) == 1 or row["bytes"] >= min_network_bytes]
         used[stage] = len(rows)
         if rows:
             values = fit_terms([c for c, _ in rows], [t for _, t in rows], free, params)
