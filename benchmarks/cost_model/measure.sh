@@ -4,18 +4,21 @@
 # (records.py) into OUT, then fitted and compared by validate.py:
 #   calibration: the reduce kernel (reduce-benchmark); an allreduce size sweep on one host (2 ranks,
 #     shared memory) and across 2 hosts x 1 rank at every rate; ps-sync with 2 workers, 1 server.
+#     --rate uncapped: only the sweep across 2 hosts, links not capped (TCP's CPU cost shows).
 #   validation: allreduce (hora's flat choice, and the hierarchy where hosts hold several ranks) on
 #     2 x 2, 4 x 1, 4 x 2 and 8 x 1 hosts x ranks; ps-sync and ps-async with 2, 4, 8 workers (one per
 #     host) and 1 or 2 servers (hosts of their own).
 # Every configuration once per round, rounds repeated (--repeat), each rate in turn.
 #
-# usage: benchmarks/cost_model/measure.sh [--build DIR] [--rate R]... [--repeat N] [--out DIR]  (as root)
+# usage: benchmarks/cost_model/measure.sh [--build DIR] [--rate R|uncapped]... [--repeat N] [--out DIR]
+#            [--skip-one-host]                                                          (as root)
+#   --skip-one-host: leave out the reduce kernel and the one-host sweep (measured before).
 #   --build: where hora-bench and reduce-benchmark are (default build/release); horarun and the
 #   workers' python are $PYTHON's (default .venv/bin/python). --out default docs/benchmarks/raw/cost_model.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$root/benchmarks/cost_model
-build=$root/build/release rates=() repeat=2 out=$root/docs/benchmarks/raw/cost_model
+build=$root/build/release rates=() repeat=2 out=$root/docs/benchmarks/raw/cost_model one_host=1
 python=${PYTHON:-$root/.venv/bin/python}
 while (($#)); do
   case $1 in
@@ -23,6 +26,7 @@ while (($#)); do
     --rate) rates+=("$2"); shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --skip-one-host) one_host=0; shift ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -36,9 +40,9 @@ hosts_available || exit 77
 record() { "$python" "$here/records.py" "$@"; }
 
 raw=$(mktemp)
-"$build/benchmarks/reduce-benchmark" --benchmark_filter='Reduce/Float32Sum' --benchmark_format=json \
+((one_host == 0)) || "$build/benchmarks/reduce-benchmark" --benchmark_filter='Reduce/Float32Sum' --benchmark_format=json \
   --benchmark_repetitions=3 >"$raw" 2>/dev/null
-record reduce "$raw" --role calibration --out "$out/reduce.json"
+((one_host == 0)) || record reduce "$raw" --role calibration --out "$out/reduce.json"
 rm -f "$raw"
 
 hosts_up 10  # 8 workers and 2 servers at most
@@ -58,7 +62,7 @@ hostlist() {  # hostlist FIRST COUNT PER_HOST: "ip:per,ip:per,..." of hosts FIRS
   for i in $(seq "$1" $(($1 + $2 - 1))); do list+=("${HOST_IP[$i]}:$3"); done
   (IFS=,; echo "${list[*]}")
 }
-gbit() { case $1 in *gbit) echo "${1%gbit}" ;; *mbit) echo "0${1%mbit}e-3" ;; esac; }
+gbit() { case $1 in *gbit) echo "${1%gbit}" ;; *mbit) echo "0${1%mbit}e-3" ;; esac; }  # (uncapped: none)
 CORES=$(nproc)
 
 # allreduce ROLE RATE RUN HOSTS PER_HOST HIERARCHICAL ALGORITHM MIN MAX FACTOR
@@ -67,8 +71,9 @@ allreduce() {
   on_host 1 "$horarun" -i "$SSH_KEY" -np $(($4 * $5)) -H "$(hostlist 1 "$4" "$5")" \
     -x HORA_HIERARCHICAL_ALLREDUCE="$6" -x HORA_LOG_LEVEL=error \
     "$bench" allreduce -b "$8" -e "$9" -f "${10}" -n 5 -w 1 -c 0 --json "$work/$name.raw.json" >/dev/null
+  local link=(); [ "$2" = uncapped ] || link=(--link-gbit "$(gbit "$2")")
   record allreduce "$work/$name.raw.json" --role "$1" --run "$3" --hosts "$4" --ranks-per-host "$5" \
-    --link-gbit "$(gbit "$2")" --algorithm "$7" --cores "$CORES" --out "$out/$name.json"
+    "${link[@]}" --algorithm "$7" --cores "$CORES" --out "$out/$name.json"
 }
 
 # ps ROLE RATE RUN MODE WORKERS SERVERS SIZES...: one job per size, workers on hosts 1..W, servers after
@@ -86,7 +91,7 @@ ps() {
 }
 
 M=$((1 << 20)) K=1024
-for run in $(seq 1 "$repeat"); do  # one host, shared memory: no link involved
+for run in $(seq 1 $((one_host ? repeat : 0))); do  # one host, shared memory: no link involved
   name="allreduce-shm-1x2-auto-run$run"
   on_host 1 "$horarun" -np 2 -x HORA_LOG_LEVEL=error "$bench" allreduce -b 4K -e 64M -f 4 -n 5 -w 1 -c 0 \
     --json "$work/$name.raw.json" >/dev/null
@@ -94,10 +99,11 @@ for run in $(seq 1 "$repeat"); do  # one host, shared memory: no link involved
     --cores "$CORES" --out "$out/$name.json"
 done
 for rate in "${rates[@]}"; do
-  cap_links "$rate"
+  [ "$rate" = uncapped ] || cap_links "$rate"
   for run in $(seq 1 "$repeat"); do
     echo "$(date +%T) $rate round $run/$repeat" >&2
     allreduce calibration "$rate" "$run" 2 1 auto auto 4K 64M 4
+    [ "$rate" != uncapped ] || continue
     ps calibration "$rate" "$run" ps-sync 2 1 $((256 * K)) $((4 * M)) $((16 * M))
     for layout in "2 2" "4 1" "4 2" "8 1"; do
       read -r h l <<<"$layout"

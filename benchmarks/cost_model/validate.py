@@ -50,6 +50,12 @@ def comparisons(records, params):
     return out
 
 
+def link_text(c):
+    if c["link_gbit"]:
+        return f"{c['link_gbit']:g} Gbit/s"
+    return "one host" if c["hosts"] == 1 else "uncapped"
+
+
 def size_text(n):
     return f"{n // 2**20} MiB" if n >= 2**20 else f"{n // 1024} KiB"
 
@@ -58,7 +64,7 @@ def table(rows, target):
     lines = ["| link | exchange | hosts x ranks | size | measured ms (median) | runs ms | predicted ms | error | use |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in rows:
-        link = f"{c['link_gbit']:g} Gbit/s" if c["link_gbit"] else "one host"
+        link = link_text(c)
         runs = " / ".join(f"{t * 1e3:.2f}" for t in c["runs"])
         lines.append(f"| {link} | {c['exchange']} | {c['hosts']} x {c['ranks_per_host']} | {size_text(c['bytes'])} | "
                      f"{c['measured'] * 1e3:.2f} | {runs} | {c['predicted'] * 1e3:.2f} | {c['error'] * 100:+.1f}% | "
@@ -82,7 +88,7 @@ def summary(rows, target):
              "| --- | --- | --- | --- | --- | --- |"]
     for (link, exchange, hosts, per_host, role), errors in sorted(groups.items()):
         inside = sum(abs(e) <= target for e in errors)
-        lines.append(f"| {f'{link:g} Gbit/s' if link else 'one host'} | {exchange} | {hosts} x {per_host} | "
+        lines.append(f"| {link_text(dict(link_gbit=link, hosts=hosts))} | {exchange} | {hosts} x {per_host} | "
                      f"{'fit' if role == 'calibration' else 'check'} | {inside} of {len(errors)} | "
                      f"{' '.join(f'{e * 100:+.0f}%' for e in errors)} |")
     return "\n".join(lines)
