@@ -1,0 +1,3 @@
+from hora.cost_model.cli import main
+
+main()
