@@ -21,7 +21,7 @@ packages=(
   libpmix-dev slurm-wlm munge
   # python side and the comparison benchmarks (OpenMPI, torch.distributed with gloo)
   python3 python3-venv python3-pip python3-setuptools python3-numpy python3-matplotlib python3-torch
-  python3-cloudpickle python3-pytest python3-dev pybind11-dev python3-tqdm
+  python3-cloudpickle python3-pytest python3-dev pybind11-dev python3-tqdm python3-scipy
   python3-torchvision python3-filelock python3-packaging
   # the C++ frontend and its example: libtorch, zlib for the gzipped data set, the data set
   libtorch-dev zlib1g-dev dataset-fashion-mnist
