@@ -1,23 +1,28 @@
 #!/usr/bin/env bash
 # hora and Horovod 0.28.1 side by side across 2 namespace hosts (tests/integration/netns_hosts.sh)
 # whose links tbf caps: workloads.py's allreduce (4-byte latency, busbw at 1, 16, 64 MiB) and cnn
-# (images/s), one rank per host, the two frameworks taking turns in every round.
+# (images/s), one rank per host, the two frameworks taking turns in every round; then a cut link:
+# workloads.py fail (1 MiB allreduces in a loop), the second host's link taken down at its step
+# 20, and the seconds until no process of the job is left on either host (capped at --cap).
 #
 #   hora     its `horovodrun` (horarun, through the horovod alias in .venv) with -H and -i
 #   Horovod  OpenMPI's mpirun with -H over the hosts' sshd (Horovod's MPI controller and MPI's TCP
 #            transport): Horovod's own `horovodrun --gloo` across these hosts ends in
 #            gloo::IoException on rank 0 after rank 1 exits silently during hvd.init()
 #
-# usage: benchmarks/horovod/two_hosts.sh [--rate R]... [--repeat N] [--horovod-dir DIR] [--out FILE]
+# usage: benchmarks/horovod/two_hosts.sh [--rate R]... [--repeat N] [--cap S] [--horovod-dir DIR]
+#            [--out FILE]
 #   (as root; --rate default 1gbit 10gbit, --repeat 3, Horovod from setup_horovod.sh's DIR,
-#   default ~/.cache/hora-bench). Every run's RESULT goes to FILE (JSON lines), then the table.
+#   default ~/.cache/hora-bench). Every run's RESULT goes to FILE (JSON lines), the cut links to
+#   FILE's name with .cuts.jsonl, then the tables.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-rates=() repeat=3 horovod_dir=$HOME/.cache/hora-bench out=""
+rates=() repeat=3 cap=60 horovod_dir=$HOME/.cache/hora-bench out=""
 while (($#)); do
   case $1 in
     --rate) rates+=("$2"); shift 2 ;;
     --repeat) repeat=$2; shift 2 ;;
+    --cap) cap=$2; shift 2 ;;
     --horovod-dir) horovod_dir=$2; shift 2 ;;
     --out) out=$(realpath "$2"); shift 2 ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
@@ -45,7 +50,8 @@ cleanup() {
 }
 trap cleanup EXIT
 [ -n "$out" ] || out=$HOSTS_DIR/two_hosts.jsonl
-: >"$out"
+cuts=${out%.jsonl}.cuts.jsonl table=$root/benchmarks/horovod/two_hosts_table.py
+: >"$out"; : >"$cuts"
 hosts="${HOST_IP[1]}:1,${HOST_IP[2]}:1"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
@@ -76,4 +82,32 @@ for rate in "${rates[@]}"; do
     done
   done
 done
-"$hora_venv/bin/python" "$root/benchmarks/horovod/two_hosts_table.py" "$out"
+# cut_link FRAMEWORK RUN: the job's lines after the cut and how long its processes outlived it
+cut_link() {
+  local log=$HOSTS_DIR/cut.log job cut_at left waited
+  command_for "$1" fail
+  ip netns exec "${HOST_NS[1]}" "${cmd[@]}" >"$log" 2>&1 &
+  job=$!
+  for _ in $(seq 1 1200); do grep -q "STEP 20 size 2 rank 1" "$log" && break; sleep 0.1; done
+  ip link set "hv${HOSTS_ID}h2" down
+  cut_at=$(date +%s.%N) waited=0
+  while :; do  # until nothing of the job runs on either host
+    left=$(hosts_pgrep "workloads.py|horovodrun|mpirun|orted|horarun")
+    [ -n "$left" ] && ((waited < cap * 10)) || break
+    sleep 0.1; waited=$((waited + 1))
+  done
+  local seconds; seconds=$(echo "$(date +%s.%N) - $cut_at" | bc)
+  [ -z "$left" ] || { kill -9 $left 2>/dev/null || true; seconds="$cap (cap: still running)"; }
+  wait "$job" 2>/dev/null || true
+  ip link set "hv${HOSTS_ID}h2" up
+  "$hora_venv/bin/python" "$table" cut "$1" "$2" "$seconds" "$log" >>"$cuts"
+}
+
+cap_links "${rates[0]}"
+for run in $(seq 1 "$repeat"); do
+  for framework in hora Horovod; do
+    echo "$(date +%T) a cut link, round $run/$repeat: $framework" >&2
+    cut_link "$framework" "$run"
+  done
+done
+"$hora_venv/bin/python" "$table" table "$out" "$cuts"

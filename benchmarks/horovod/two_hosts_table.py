@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The table of two_hosts.sh's runs (JSON lines: framework, rate, run, load, result): per link
+"""The tables of two_hosts.sh's runs (JSON lines: framework, rate, run, load, result): per link
 rate, hora's and Horovod's medians with every run in order, and hora / Horovod as the median of
-the per-round ratios (for latency and step time, Horovod / hora: above 1 means hora is faster).
+the per-round ratios (for latency, Horovod / hora: above 1 means hora is faster); then each cut
+link: how long the job's processes outlived it and the job's last lines.
 
-usage: two_hosts_table.py RUNS.jsonl
+usage: two_hosts_table.py table RUNS.jsonl CUTS.jsonl
+       two_hosts_table.py cut FRAMEWORK RUN SECONDS LOG     (prints one line for CUTS.jsonl)
 """
 
 import collections
@@ -37,8 +39,22 @@ def cell(values):
     return f"{statistics.median(values):.4g} ({' / '.join(f'{v:.4g}' for v in values)})"
 
 
-def main():
-    with open(sys.argv[1]) as f:
+def cut_line(framework, run, seconds, log):
+    """A cut link's record: the job's last lines that are neither steps nor TensorFlow's chatter."""
+    with open(log, errors="replace") as f:
+        said = [line for line in f.read().splitlines() if not any(s in line for s in ("STEP", "oneDNN", "cpu_feature"))]
+    return json.dumps({"framework": framework, "run": int(run), "seconds": seconds, "last_lines": said[-8:]})
+
+
+def print_cuts(path):
+    with open(path) as f:
+        for cut in (json.loads(line) for line in f if line.strip()):
+            print(f"\na cut link, {cut['framework']}, round {cut['run']}: {cut['seconds']} s until no process was left")
+            print("\n".join("    " + line for line in cut["last_lines"]))
+
+
+def print_table(path):
+    with open(path) as f:
         lines = [json.loads(line) for line in f if line.strip()]
     runs = runs_of(lines)
     print("| link | figure | hora | Horovod | hora's advantage (pairs) |")
@@ -53,6 +69,14 @@ def main():
                   f"{statistics.median(pairs):.2f}x ({' / '.join(f'{p:.2f}' for p in pairs)}) |")
     loads = [e["load"] for e in lines]
     print(f"\n{len(lines)} runs; load average (1 min) at their ends: {min(loads)}-{max(loads)}")
+
+
+def main():
+    if sys.argv[1] == "cut":
+        print(cut_line(*sys.argv[2:6]))
+    else:
+        print_table(sys.argv[2])
+        print_cuts(sys.argv[3])
 
 
 if __name__ == "__main__":
