@@ -46,16 +46,7 @@ raw=$(mktemp)
 rm -f "$raw"
 
 hosts_up 10  # 8 workers and 2 servers at most
-cleanup() {
-  local i pids
-  for i in $(seq 1 "$HOSTS_N"); do  # whatever still runs inside the hosts goes with them
-    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null || true)
-    # shellcheck disable=SC2086  # one pid per word
-    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
-  done
-  hosts_down
-}
-trap cleanup EXIT
+trap hosts_kill_and_down EXIT
 work=$HOSTS_DIR/cost; mkdir -p "$work"
 hostlist() {  # hostlist FIRST COUNT PER_HOST: "ip:per,ip:per,..." of hosts FIRST .. FIRST+COUNT-1
   local i list=()

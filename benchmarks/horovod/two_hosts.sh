@@ -39,16 +39,7 @@ done
 . "$root/tests/integration/netns_hosts.sh"
 hosts_available || exit 77
 hosts_up 2
-cleanup() {
-  local i pids
-  for i in 1 2; do  # whatever still runs inside the hosts goes with them
-    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null || true)
-    # shellcheck disable=SC2086  # one pid per word
-    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
-  done
-  hosts_down
-}
-trap cleanup EXIT
+trap hosts_kill_and_down EXIT
 [ -n "$out" ] || out=$HOSTS_DIR/two_hosts.jsonl
 cuts=${out%.jsonl}.cuts.jsonl table=$root/benchmarks/horovod/two_hosts_table.py
 : >"$out"; : >"$cuts"

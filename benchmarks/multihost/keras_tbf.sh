@@ -25,7 +25,7 @@ done
 . "$root/tests/integration/netns_hosts.sh"
 hosts_available || exit 77
 hosts_up 2
-trap 'for i in 1 2; do pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null || true); [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true; done; hosts_down' EXIT
+trap hosts_kill_and_down EXIT
 
 for rate in "${rates[@]}"; do
   cap_links "$rate"

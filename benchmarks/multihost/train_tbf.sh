@@ -53,16 +53,7 @@ trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 
 hosts_up 2  # sets an EXIT trap of its own (hosts_down), replaced below
-cleanup() {
-  local i pids
-  for i in 1 2; do  # whatever still runs inside the hosts (a stray rank, sshd) goes with them
-    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null || true)
-    # shellcheck disable=SC2086  # one pid per word
-    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
-  done
-  hosts_down
-}
-trap cleanup EXIT
+trap hosts_kill_and_down EXIT
 work=$HOSTS_DIR/train; mkdir -p "$work"
 
 for rate in "${rates[@]}"; do

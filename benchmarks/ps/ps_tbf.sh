@@ -39,16 +39,7 @@ on_signal() {
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 hosts_up "$n"
-cleanup() {
-  local i pids
-  for i in $(seq 1 "$n"); do  # whatever still runs inside the hosts goes with them
-    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null || true)
-    # shellcheck disable=SC2086  # one pid per word
-    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
-  done
-  hosts_down
-}
-trap cleanup EXIT
+trap hosts_kill_and_down EXIT
 work=$HOSTS_DIR/ps; mkdir -p "$work"
 for rate in "${rates[@]}"; do
   cap_links "$rate"

@@ -102,6 +102,18 @@ cap_links() {
   done
 }
 
+# hosts_down, after killing whatever still runs inside the hosts (a stray rank, a server, sshd):
+# the EXIT trap of a benchmark whose jobs a failure or Ctrl-C may leave behind.
+hosts_kill_and_down() {
+  local i pids
+  for i in $(seq 1 "${HOSTS_N:-0}"); do
+    pids=$(ip netns pids "${HOST_NS[$i]}" 2>/dev/null || true)
+    # shellcheck disable=SC2086  # one pid per word
+    [ -z "$pids" ] || kill -9 $pids 2>/dev/null || true
+  done
+  hosts_down
+}
+
 hosts_down() {
   local i
   [ -n "${HOSTS_DIR:-}" ] || return 0
