@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "bootstrap/job/elastic_join.h"
+#include "collectives/failure_report.h"
 #include "common/crypto.h"
 #include "common/knobs.h"
 #include "common/socket.h"
@@ -148,6 +149,7 @@ class ElasticDriver {
         std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
         for (int n : numbers)
           if (auto id = ids_.find(n); id != ids_.end()) {
+            if (e.why.find(" was killed by ") != std::string::npos) reportForTheDead(id->second, e);
             planner_.exited(id->second, e.failed, exitText(id->second, e), Clock::now(), d);
             forget(id);
           }
@@ -194,6 +196,21 @@ class ElasticDriver {
       planner_.joined(id, *nonce, Clock::now(), d);
     }
     readVerdicts(d);
+  }
+
+  // The failure report of a member killed by a signal, written for it (Note [failure reports]): its
+  // peers' collectives fail on its closed sockets and wait, up to a grace, for its report before
+  // they re-join, and a killed process never writes one. (One that exited wrote its own, if any:
+  // this would overwrite it.) Best effort, as the reports.
+  void reportForTheDead(const std::string& id, const WorkerSet::Exit& e) {
+    const int generation = planner_.generation(), rank = planner_.rankOf(id);
+    if (generation < 0 || rank < 0) return;
+    try {
+      client_->set(collectives::failureReportKey(bootstrap::generationPrefix(generation), rank),
+                   "horarun: " + exitText(id, e), soon());
+    } catch (const Error& err) {
+      std::cerr << "horarun: could not leave worker " << id << "'s failure report: " << err.what() << "\n";
+    }
   }
 
   // A survivor that fails because a peer's heartbeat went silent writes the verdict under its

@@ -54,11 +54,13 @@ bool executable(const std::string& name, const std::map<std::string, std::string
 }
 
 // Best effort: horarun reads the reason after this agent's ssh ended; without it, horarun
-// still names the host and the exit code.
+// still names the host and the exit code. A store that answers does so in milliseconds; one
+// behind a cut link never does, and the agent's exit (the end of the job on this host) must not
+// wait long for it.
 void report(const HostPlan& plan, const std::string& reason) {
   try {
     const auto& env = plan.ranks.front().env;
-    const auto soon = common::Deadline::after(std::chrono::seconds(2));
+    const auto soon = common::Deadline::after(std::chrono::milliseconds(500));
     rendezvous::TcpStore store(env.at("HORA_RENDEZVOUS_ADDR"), std::stoi(env.at("HORA_RENDEZVOUS_PORT")),
                                env.at("HORA_SECRET"), soon);
     store.set(agentReportKey(plan.host), reason, soon);

@@ -27,8 +27,12 @@ std::string TcpStore::localHost() const { return common::localAddress(fd_.get())
 wire::Response TcpStore::call(wire::Request request, const common::Deadline& deadline) {
   std::lock_guard lock(mutex_);
   if (!fd_.valid()) throw PeerError("connection to " + what_ + " is closed after an earlier error");
-  // The server enforces the request's own deadline; allow it one more second to say so.
-  const auto io_deadline = common::Deadline::after(deadline.remaining() + std::chrono::seconds(1));
+  // A get or wait blocks in the server until the request's own deadline; allow it one more
+  // second to say so. Any other request is answered at once: its deadline is the caller's, so
+  // that a store behind a cut link costs a failure report no more than its grace.
+  const bool blocks = request.op == wire::Op::kGet || request.op == wire::Op::kWait;
+  const auto io_deadline =
+      blocks ? common::Deadline::after(deadline.remaining() + std::chrono::seconds(1)) : deadline;
   try {
     const auto frame = wire::encodeRequest(request, secret_, challenge_, seq_);
     common::writeFull(fd_.get(), frame.data(), frame.size(), io_deadline, what_);

@@ -51,6 +51,13 @@ void TcpTransport::fail(Error error) {
   rethrowAs(error);
 }
 
+void TcpTransport::failConnection(const OpTag& tag, std::string what_the_socket_says) {
+  // The heartbeat's shutdown() is what the socket reports; "closed the connection" would be wrong.
+  if (silent_ && silent_->any())
+    fail(PeerError("this rank was in " + std::string(tag.name) + " #" + std::to_string(tag.sequence) + owed()));
+  fail(PeerError(std::move(what_the_socket_says)));
+}
+
 void TcpTransport::validateHeader(int peer, const FrameHeader& h, const Transfer& t,
                                   const OpTag& tag) {
   // Composed only on failure (see ShmTransport::progressRecv).
@@ -102,8 +109,8 @@ bool TcpTransport::progressSend(int peer, Lane& lane, const OpTag& tag) {
         lane.want_io = true;
         return progressed;
       }
-      fail(PeerError("sending to " + describePeer(peer) + " failed in " + std::string(tag.name) +
-                     ": " + std::strerror(errno) + " (the peer died or closed its connection)"));
+      failConnection(tag, "sending to " + describePeer(peer) + " failed in " + std::string(tag.name) + ": " +
+                              std::strerror(errno) + " (the peer died or closed its connection)");
     }
     progressed = true;
     size_t k = static_cast<size_t>(w);
@@ -142,14 +149,14 @@ ssize_t TcpTransport::receive(int peer, msghdr& msg, const Transfer& t, const Op
     const ssize_t r = ::recvmsg(peers_[static_cast<size_t>(peer)].fd.get(), &msg, 0);
     if (r > 0) return r;
     if (r == 0) {
-      fail(PeerError(describePeer(peer) + " closed the connection while this rank expects " +
-                     std::to_string(t.bytes - t.done) + " more bytes from it in " + std::string(tag.name) + " #" +
-                     std::to_string(tag.sequence) + " (the process died or was killed)"));
+      failConnection(tag, describePeer(peer) + " closed the connection while this rank expects " +
+                              std::to_string(t.bytes - t.done) + " more bytes from it in " + std::string(tag.name) +
+                              " #" + std::to_string(tag.sequence) + " (the process died or was killed)");
     }
     if (errno == EINTR) continue;
     if (errno == EAGAIN || errno == EWOULDBLOCK) return 0;
-    fail(PeerError("receiving from " + describePeer(peer) + " failed in " + std::string(tag.name) + ": " +
-                   std::strerror(errno) + " (the peer died or reset its connection)"));
+    failConnection(tag, "receiving from " + describePeer(peer) + " failed in " + std::string(tag.name) + ": " +
+                            std::strerror(errno) + " (the peer died or reset its connection)");
   }
 }
 
@@ -191,13 +198,13 @@ bool TcpTransport::progressRecv(int peer, Lane& lane, const OpTag& tag) {
   return progressed;
 }
 
-void TcpTransport::checkIdlePeer(int peer) {
+void TcpTransport::checkIdlePeer(int peer, const OpTag& tag) {
   FrameHeader h;
   const ssize_t r = ::recv(peers_[static_cast<size_t>(peer)].fd.get(), &h, sizeof(h),
                            MSG_PEEK | MSG_DONTWAIT);
   if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-    fail(PeerError(describePeer(peer) + " closed its connection without shutting down "
-                   "(the process died or was killed)"));
+    failConnection(tag, describePeer(peer) + " closed its connection without shutting down "
+                        "(the process died or was killed)");
   if (r == static_cast<ssize_t>(sizeof(h)) && h.magic == kFrameMagic &&
       h.kind == FrameKind::kGoodbye)
     departed_[static_cast<size_t>(peer)] = true;
@@ -240,9 +247,9 @@ bool TcpTransport::prepareWait(std::vector<pollfd>& fds) {
   return true;
 }
 
-void TcpTransport::finishWait(std::span<const pollfd> fds, const OpTag&) {
+void TcpTransport::finishWait(std::span<const pollfd> fds, const OpTag& tag) {
   for (size_t i = 0; i < fds.size(); ++i) {
-    if (fds[i].revents != 0 && lanes_[polled_[i]].idle()) checkIdlePeer(polled_[i]);
+    if (fds[i].revents != 0 && lanes_[polled_[i]].idle()) checkIdlePeer(polled_[i], tag);
   }
 }
 

@@ -79,9 +79,12 @@ class TcpTransport final : public Transport, public PeerGroup {
   void deliver(int peer, Lane& lane, Transfer& t, size_t bytes);
   // One recvmsg: the bytes read, 0 when the socket has nothing now; throws on a close or error.
   ssize_t receive(int peer, msghdr& msg, const Transfer& t, const OpTag& tag);
-  void checkIdlePeer(int peer);
+  void checkIdlePeer(int peer, const OpTag& tag);
   void validateHeader(int peer, const FrameHeader& h, const Transfer& t, const OpTag& tag);
   [[noreturn]] void fail(Error error);
+  // A socket that closed or failed under `tag`: `what_the_socket_says`, unless the heartbeat shut
+  // it (then its verdict, and where this rank was).
+  [[noreturn]] void failConnection(const OpTag& tag, std::string what_the_socket_says);
 
   const int rank_;
   std::vector<PeerConnection> peers_;

@@ -109,6 +109,9 @@ TEST_P(Faults, SigstopOneRankTheHeartbeatNamesItWithinSeconds) {
     EXPECT_EQ(o.exit_code, 10 + static_cast<int>(ErrorKind::kPeer)) << "rank " << r << ":\n" << o.output;
     EXPECT_NE(o.output.find("rank 1 ("), std::string::npos) << o.output;
     EXPECT_NE(o.output.find("sent no heartbeat for"), std::string::npos) << o.output;
+    // Where this rank was, not what the socket the heartbeat shut seemed to say.
+    EXPECT_NE(o.output.find("(here: this rank was in allreduce #"), std::string::npos) << o.output;
+    EXPECT_EQ(o.output.find("closed the connection"), std::string::npos) << o.output;
     // The flight recorder: where this rank and the reporting ranks were.
     EXPECT_NE(o.output.find("'s last collectives: #"), std::string::npos) << o.output;
     EXPECT_NE(o.output.find("allreduce 4194304 B running for"), std::string::npos) << o.output;
