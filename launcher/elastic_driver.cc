@@ -149,7 +149,9 @@ class ElasticDriver {
         std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
         for (int n : numbers)
           if (auto id = ids_.find(n); id != ids_.end()) {
-            if (e.why.find(" was killed by ") != std::string::npos) reportForTheDead(id->second, e);
+            // A killed process never leaves its failure report; one that exited did, if at all.
+            if (e.why.find(" was killed by ") != std::string::npos)
+              d.reports.push_back({planner_.generation(), planner_.rankOf(id->second), "horarun: " + exitText(id->second, e)});
             planner_.exited(id->second, e.failed, exitText(id->second, e), Clock::now(), d);
             forget(id);
           }
@@ -198,18 +200,16 @@ class ElasticDriver {
     readVerdicts(d);
   }
 
-  // The failure report of a member killed by a signal, written for it (Note [failure reports]): its
-  // peers' collectives fail on its closed sockets and wait, up to a grace, for its report before
-  // they re-join, and a killed process never writes one. (One that exited wrote its own, if any:
-  // this would overwrite it.) Best effort, as the reports.
-  void reportForTheDead(const std::string& id, const WorkerSet::Exit& e) {
-    const int generation = planner_.generation(), rank = planner_.rankOf(id);
-    if (generation < 0 || rank < 0) return;
-    try {
-      client_->set(collectives::failureReportKey(bootstrap::generationPrefix(generation), rank),
-                   "horarun: " + exitText(id, e), soon());
-    } catch (const Error& err) {
-      std::cerr << "horarun: could not leave worker " << id << "'s failure report: " << err.what() << "\n";
+  // Before the stops: a stopped member's peers read why at once (Note [failure reports]). Best
+  // effort, as the reports.
+  void leaveReports(const ElasticPlanner::Decisions& d) {
+    for (const auto& r : d.reports) {
+      if (r.generation < 0 || r.rank < 0) continue;
+      try {
+        client_->set(collectives::failureReportKey(bootstrap::generationPrefix(r.generation), r.rank), r.text, soon());
+      } catch (const Error& e) {
+        std::cerr << "horarun: could not leave rank " << r.rank << "'s failure report: " << e.what() << "\n";
+      }
     }
   }
 
@@ -229,6 +229,7 @@ class ElasticDriver {
   // Carries out the planner's decisions; the job's exit code once it ends.
   std::optional<int> apply(ElasticPlanner::Decisions& d) {
     for (const auto& note : d.notes) std::cerr << "horarun: " << note << "\n";
+    leaveReports(d);
     for (size_t i = 0; i < d.answers.size(); ++i)
       client_->set(bootstrap::elasticAnswerKey(d.answers[i].first, d.answers[i].second), d.answer_values[i], soon());
     if (!d.hosts_updated.empty()) {

@@ -97,7 +97,9 @@ int ElasticPlanner::liveCount() const {
                                         [](const auto& w) { return w.second.state != State::kLeaving; }));
 }
 
-void ElasticPlanner::stopWorker(Tracked& t, Decisions& d) {
+void ElasticPlanner::stopWorker(Tracked& t, const std::string& why, Decisions& d) {
+  if (t.rank >= 0 && generation_ >= 0)
+    d.reports.push_back({generation_, t.rank, "horarun stopped worker " + t.worker.id + ": " + why});
   t.state = State::kLeaving;
   t.rank = -1;
   d.stop.push_back(t.worker.id);
@@ -131,7 +133,7 @@ void ElasticPlanner::end(int code, const std::string& reason, Decisions& d) {
   d.end_code = code;
   d.end_reason = reason;
   for (auto& [id, t] : workers_)
-    if (t.state != State::kLeaving) stopWorker(t, d);
+    if (t.state != State::kLeaving) stopWorker(t, reason.empty() ? "the job ended" : reason, d);
 }
 
 void ElasticPlanner::startWorkers(Time now, Decisions& d) {
@@ -167,7 +169,7 @@ void ElasticPlanner::hostsDiscovered(const std::vector<HostSlots>& hosts, Time n
     } else if (t.state == State::kMember) {
       members_removed = true;  // it re-joins at its next commit and is told then
     } else {
-      stopWorker(t, d);
+      stopWorker(t, "its host " + t.worker.host + " left the job", d);
     }
   }
   for (auto& [id, t] : workers_) {
@@ -176,7 +178,7 @@ void ElasticPlanner::hostsDiscovered(const std::vector<HostSlots>& hosts, Time n
     if (t.worker.slot < h->slots) continue;
     if (t.state == State::kJoined) answerRemoved(t, "its host " + t.worker.host + " has fewer slots now", d);
     else if (t.state == State::kMember) members_removed = true;
-    else stopWorker(t, d);
+    else stopWorker(t, "its host " + t.worker.host + " has fewer slots now", d);
   }
   if (members_removed) announce("removed", d);
   startWorkers(now, d);
@@ -218,14 +220,14 @@ void ElasticPlanner::exited(const std::string& id, bool failed, const std::strin
     finished_ = true;
     for (auto& [other_id, other] : workers_) {
       if (other.state == State::kJoined) answerRemoved(other, "training has finished", d);
-      else if (other.state == State::kStarting) stopWorker(other, d);
+      else if (other.state == State::kStarting) stopWorker(other, "training has finished", d);
     }
   } else {
     blacklist(t.worker.host, why, now, d);
     for (auto& [other_id, other] : workers_) {
       if (other.worker.host != t.worker.host || other.state == State::kLeaving) continue;
       if (other.state == State::kJoined) answerRemoved(other, "its host " + t.worker.host + " is blacklisted: " + why, d);
-      else stopWorker(other, d);
+      else stopWorker(other, "its host " + t.worker.host + " is blacklisted: " + why, d);
     }
   }
   if (finished_ && workers_.empty()) end(0, "", d);
@@ -281,7 +283,7 @@ void ElasticPlanner::leaveBehind(Tracked& t, const std::string& why, Time now, D
             "worker " + t.worker.id + " (rank " + std::to_string(t.rank) + " of generation " +
                 std::to_string(generation_) + ") " + why + "; it is stopped",
             now, d);
-  stopWorker(t, d);
+  stopWorker(t, why, d);
 }
 
 void ElasticPlanner::declaredDead(int rank, const std::string& why, Time now, Decisions& d) {

@@ -75,6 +75,13 @@ class ElasticPlanner {
     std::optional<int> end_code;  // the job ends with this code
     std::string end_reason;
     std::vector<std::string> notes;  // why hosts were blacklisted, for horarun's stderr
+    // Failure reports to leave for members that will not leave their own (Note [failure reports]):
+    // their peers wait for them, up to a grace, before they re-join.
+    struct Report {
+      int generation, rank;
+      std::string text;
+    };
+    std::vector<Report> reports;
   };
 
   // `draw_cooldown(min, max)` picks a blacklisting's length (random in the driver, fixed in tests).
@@ -117,7 +124,8 @@ class ElasticPlanner {
   bool ranksBefore(const Tracked& a, const Tracked& b) const;
   void formGeneration(Time now, Decisions& d);
   void leaveBehind(Tracked& t, const std::string& why, Time now, Decisions& d);
-  void stopWorker(Tracked& t, Decisions& d);
+  // A member (rank >= 0) gets a failure report saying so.
+  void stopWorker(Tracked& t, const std::string& why, Decisions& d);
   void answerRemoved(Tracked& t, const std::string& why, Decisions& d);
   void blacklist(const std::string& host, const std::string& why, Time now, Decisions& d);
   void announce(const std::string& kind, Decisions& d);

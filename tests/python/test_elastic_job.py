@@ -88,6 +88,10 @@ def test_a_killed_worker_leaves_its_host_blacklisted_and_the_others_go_on_from_t
     recovery = float(STEP.match(resumed).group(2)) - killed_at
     print(f"from SIGKILL to the first step at the new size: {recovery:.2f} s")
     assert "horarun: generation 1: 2 rank(s)" in output, output
+    # The survivors' errors say what happened to rank 3, in the report horarun left for it: a killed
+    # process never writes its own. Rank 2, stopped with its host, wrote its own or horarun did.
+    assert "rank 3 reported: horarun: worker 127.0.0.2:1 was killed by signal 9 (Killed)" in output, output
+    assert "rank 2 reported: " in output, output
     sizes = {int(m.group(5)) for m in job.steps()}
     assert sizes == {4, 2}, output
     # Started as horovodrun starts them: host by host, slot by slot (read before hvd.init()).

@@ -66,6 +66,13 @@ std::string answerOf(const Decisions& d, const std::string& id) {
   return "";
 }
 
+// The failure reports d leaves for stopped members, as "<generation>/<rank>: <text>".
+std::vector<std::string> reportsOf(const Decisions& d) {
+  std::vector<std::string> out;
+  for (const auto& r : d.reports) out.push_back(std::to_string(r.generation) + "/" + std::to_string(r.rank) + ": " + r.text);
+  return out;
+}
+
 ElasticLimits limits(int min_np, int max_np = 1 << 20) {
   ElasticLimits l;
   l.min_np = min_np;
@@ -98,6 +105,9 @@ TEST(ElasticPlanner, AFailedWorkerBlacklistsItsHostStopsItsOtherWorkersAndTheRes
   const Decisions d = p.exit("b:1", true);
   EXPECT_EQ(d.stop, (std::vector<std::string>{"b:0"}));
   EXPECT_EQ(d.notes, (std::vector<std::string>{"host b is blacklisted for good: b:1 exited"}));
+  // Its peers read why b:0 (rank 1) is gone instead of waiting for its own report.
+  EXPECT_EQ(reportsOf(d), (std::vector<std::string>{
+                              "0/1: horarun stopped worker b:0: its host b is blacklisted: b:1 exited"}));
   EXPECT_TRUE(p.get().blacklisted("b", p.now()));
   p.exit("b:0", true);  // stopped: no second blacklisting, no new decision
   p.join("a:0");
@@ -158,6 +168,8 @@ TEST(ElasticPlanner, AMemberDeclaredDeadIsLeftBehindWithoutWaitingForTheWindow) 
   EXPECT_EQ(d.notes, (std::vector<std::string>{
                          "host b is blacklisted for good: worker b:0 (rank 1 of generation 0) was declared dead by "
                          "its peers: no heartbeat for 3.1 s; it is stopped"}));
+  EXPECT_EQ(reportsOf(d), (std::vector<std::string>{
+                              "0/1: horarun stopped worker b:0: was declared dead by its peers: no heartbeat for 3.1 s"}));
   const Decisions g = p.tick();  // no time passed: no join window
   ASSERT_TRUE(g.generation_formed);
   EXPECT_EQ(answerOf(g, "a:0"), "1 0 2");
