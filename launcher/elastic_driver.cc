@@ -13,7 +13,6 @@
 #include <utility>
 
 #include "bootstrap/job/elastic_join.h"
-#include "collectives/failure_report.h"
 #include "common/crypto.h"
 #include "common/knobs.h"
 #include "common/socket.h"
@@ -206,7 +205,7 @@ class ElasticDriver {
     for (const auto& r : d.reports) {
       if (r.generation < 0 || r.rank < 0) continue;
       try {
-        client_->set(collectives::failureReportKey(bootstrap::generationPrefix(r.generation), r.rank), r.text, soon());
+        client_->set(bootstrap::failureReportKey(bootstrap::generationPrefix(r.generation), r.rank), r.text, soon());
       } catch (const Error& e) {
         std::cerr << "horarun: could not leave rank " << r.rank << "'s failure report: " << e.what() << "\n";
       }

@@ -11,13 +11,13 @@
 #            gloo::IoException on rank 0 after rank 1 exits silently during hvd.init()
 #
 # usage: benchmarks/horovod/two_hosts.sh [--rate R]... [--repeat N] [--cap S] [--horovod-dir DIR]
-#            [--out FILE]
+#            [--out FILE] [--cuts-only]
 #   (as root; --rate default 1gbit 10gbit, --repeat 3, Horovod from setup_horovod.sh's DIR,
 #   default ~/.cache/hora-bench). Every run's RESULT goes to FILE (JSON lines), the cut links to
 #   FILE's name with .cuts.jsonl, then the tables.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-rates=() repeat=3 cap=60 horovod_dir=$HOME/.cache/hora-bench out=""
+rates=() repeat=3 cap=60 horovod_dir=$HOME/.cache/hora-bench out="" measure=1
 while (($#)); do
   case $1 in
     --rate) rates+=("$2"); shift 2 ;;
@@ -25,6 +25,7 @@ while (($#)); do
     --cap) cap=$2; shift 2 ;;
     --horovod-dir) horovod_dir=$2; shift 2 ;;
     --out) out=$(realpath "$2"); shift 2 ;;
+    --cuts-only) measure=0; shift ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -59,6 +60,7 @@ command_for() {
 }
 
 for rate in "${rates[@]}"; do
+  ((measure)) || break
   cap_links "$rate"
   for run in $(seq 1 "$repeat"); do
     for workload in allreduce cnn; do

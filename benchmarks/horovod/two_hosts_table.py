@@ -56,6 +56,8 @@ def print_cuts(path):
 def print_table(path):
     with open(path) as f:
         lines = [json.loads(line) for line in f if line.strip()]
+    if not lines:  # --cuts-only
+        return
     runs = runs_of(lines)
     print("| link | figure | hora | Horovod | hora's advantage (pairs) |")
     print("|---|---|---|---|---|")

@@ -2,18 +2,15 @@
 
 #include <vector>
 
+#include "bootstrap/job/elastic_join.h"
 #include "common/logging.h"
 #include "hora/errors.h"
 
 namespace hora::collectives {
 
-std::string failureReportKey(const std::string& prefix, int rank) {
-  return prefix + "failure/" + std::to_string(rank);
-}
-
 std::string reportFailure(rendezvous::Store& store, const FailureReportOptions& o,
                           const std::string& error, bool list_silent_ranks) {
-  const auto key = [&](int r) { return failureReportKey(o.key_prefix, r); };
+  const auto key = [&](int r) { return bootstrap::failureReportKey(o.key_prefix, r); };
   try {
     const auto deadline = common::Deadline::after(o.grace);
     store.set(key(o.rank), error, deadline);

@@ -25,11 +25,6 @@ struct FailureReportOptions {
   std::function<int(int)> label = [](int r) { return r; };  // a rank's number in messages
 };
 
-// Where rank `rank` of the communicator whose store prefix is `prefix` leaves its report. horarun's
-// elastic driver writes there too, for a worker it saw die: a SIGKILLed rank never reports, and the
-// survivors then need not wait out the grace to learn why it is gone.
-std::string failureReportKey(const std::string& prefix, int rank);
-
 // Publishes `error` and returns it extended with what the other ranks reported.
 std::string reportFailure(rendezvous::Store& store, const FailureReportOptions& options,
                           const std::string& error, bool list_silent_ranks);

@@ -18,6 +18,8 @@ std::string elasticJoinKey(const std::string& worker_id) { return "elastic/join/
 
 std::string silentRankKey(const std::string& prefix, int rank) { return prefix + "silent/" + std::to_string(rank); }
 
+std::string failureReportKey(const std::string& prefix, int rank) { return prefix + "failure/" + std::to_string(rank); }
+
 std::string elasticAnswerKey(const std::string& worker_id, const std::string& nonce) {
   return "elastic/assign/" + worker_id + "/" + nonce;
 }

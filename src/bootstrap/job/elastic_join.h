@@ -55,6 +55,10 @@ std::string elasticJoinKey(const std::string& worker_id);
 // Where a rank that failed on a peer's silent heartbeat writes the verdict about rank `rank` of
 // the communicator whose store prefix is `prefix`; horarun's elastic driver reads it.
 std::string silentRankKey(const std::string& prefix, int rank);
+// Where rank `rank` of that communicator leaves its failure report (Note [failure reports] in
+// collectives/failure_report.h). The driver writes there too, for a member it stopped or saw
+// killed: such a process never reports, and its peers then need not wait out the grace.
+std::string failureReportKey(const std::string& prefix, int rank);
 std::string elasticAnswerKey(const std::string& worker_id, const std::string& nonce);
 inline constexpr const char* kElasticHostsUpdatedKey = "elastic/hosts_updated";
 // Bumped by every join after its key is written: the driver reads the join keys when it changed.
