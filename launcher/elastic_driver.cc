@@ -34,6 +34,10 @@ using std::chrono::milliseconds;
 
 // How often the discovery script runs (horovodrun: every second).
 constexpr auto kDiscoveryPeriod = std::chrono::seconds(1);
+// How often the driver looks for exited workers and new joins, forwarding output in between: a
+// failure is reported, and the next generation formed, within about this much. A look is a
+// waitpid and one request to the driver's own store.
+constexpr auto kLookPeriod = std::chrono::milliseconds(10);
 // How long members of a generation may take to ask to join after the first did before they are
 // taken for stuck (stopped, or their link is down): the knob HORA_ELASTIC_JOIN_WINDOW_SECONDS, from
 // -x or horarun's environment, default 10 s. A live worker re-joins within its collective's
@@ -144,7 +148,7 @@ class ElasticDriver {
     for (;;) {
       ElasticPlanner::Decisions d;
       for (const auto& [id, why] : std::exchange(unstartable_, {})) planner_.exited(id, true, why, Clock::now(), d);
-      for (const WorkerSet::Exit& e : workers_.reap(milliseconds(50))) {
+      for (const WorkerSet::Exit& e : workers_.reap(kLookPeriod)) {
         std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
         for (int n : numbers)
           if (auto id = ids_.find(n); id != ids_.end()) {
