@@ -1,8 +1,11 @@
 // ParameterServerClient (include/hora/ps.h): a worker's channels to every server, and the
 // gathering of its tensors into each server's shard and back (sharding.h).
 #include <cstring>
+#include <exception>
 #include <optional>
+#include <thread>
 #include <variant>
+#include <vector>
 
 #include "bootstrap/job/horarun.h"
 #include "bootstrap/job/job.h"
@@ -94,6 +97,12 @@ struct ParameterServerClient::Impl {
 
 namespace {
 
+// One server's part of a step: its reply (or the error it reported), or what its thread threw.
+struct Exchange {
+  std::variant<MessageHeader, Error> reply;
+  std::exception_ptr thrown;
+};
+
 // "parameter server 1 (host a, pid 42)": what the server published, for messages.
 std::string describeServer(rendezvous::Store& store, const PsJob& job, int server, const common::Deadline& d) {
   const std::string name = "parameter server " + std::to_string(server);
@@ -180,33 +189,43 @@ PsStep ParameterServerClient::step(const std::vector<const float*>& gradients, c
   return s.guarded([&] {
     const auto deadline = common::Deadline::after(s.job.options.timeout);
     const uint64_t step = s.step + 1;
-    // Push to every server first, then read the answers: a sync round needs every worker's
-    // push on every server, and the servers read pushes as they come.
-    for (size_t k = 0; k < s.channels.size(); ++k) {
-      s.gather(k, gradients);
-      MessageHeader h;
-      h.kind = MessageKind::kPush;
-      h.worker = static_cast<uint32_t>(s.job.worker);
-      h.step = step;
-      h.bytes = s.buffers[k].size() * sizeof(float);
-      s.channels[k]->send(h, s.buffers[k].data(), deadline);
-    }
-    PsStep result{step, UINT64_MAX, 0};
-    // A server's reported error (a worker left a sync round) is often the echo of another
-    // server's death: read every server first, so that a dead one, the cause, is what throws.
-    std::optional<Error> reported;
-    for (size_t k = 0; k < s.channels.size(); ++k) {
-      auto reply = s.receiveReply(k, false, deadline);
-      if (auto* e = std::get_if<Error>(&reply)) {
-        if (!reported) reported = *e;
-        continue;
+    // Every server's exchange (push, then its reply) runs on a thread of its own (the first on
+    // this one): pushed one after another, the servers' links would carry the pushes in turn,
+    // each idle while the others fill theirs, and S servers would push no faster than one.
+    // Each thread touches only its own channel, its shard's buffer and its shard's slices of
+    // `outputs`, which no other shard overlaps.
+    std::vector<Exchange> done(s.channels.size());
+    const auto exchange = [&](size_t k) {
+      try {
+        s.gather(k, gradients);
+        MessageHeader h;
+        h.kind = MessageKind::kPush;
+        h.worker = static_cast<uint32_t>(s.job.worker);
+        h.step = step;
+        h.bytes = s.buffers[k].size() * sizeof(float);
+        s.channels[k]->send(h, s.buffers[k].data(), deadline);
+        done[k].reply = s.receiveReply(k, false, deadline);
+        if (std::holds_alternative<MessageHeader>(done[k].reply)) s.scatter(k, outputs);
+      } catch (...) {
+        done[k].thrown = std::current_exception();
       }
-      const MessageHeader& h = std::get<MessageHeader>(reply);
-      s.scatter(k, outputs);
+    };
+    {
+      std::vector<std::jthread> others;
+      for (size_t k = 1; k < s.channels.size(); ++k) others.emplace_back(exchange, k);
+      exchange(0);
+    }
+    // A server's reported error (a worker left a sync round) is often the echo of another
+    // server's death: a broken connection to a server, the cause, is what throws first.
+    for (const Exchange& e : done)
+      if (e.thrown) std::rethrow_exception(e.thrown);
+    PsStep result{step, UINT64_MAX, 0};
+    for (size_t k = 0; k < done.size(); ++k) {
+      if (const auto* e = std::get_if<Error>(&done[k].reply)) rethrowAs(*e);
+      const MessageHeader& h = std::get<MessageHeader>(done[k].reply);
       result.slowest = std::min(result.slowest, h.slowest);
       if (k == 0) result.version = h.version;
     }
-    if (reported) rethrowAs(*reported);
     s.step = step;
     return result;
   });
