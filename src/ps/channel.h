@@ -9,7 +9,8 @@
 //
 // Errors: the transport's (PeerError when the other side died, TimeoutError at the deadline),
 // rethrown with `who` (e.g. "parameter server 1 (host a, pid 42)") in front.
-// Thread safety: one thread at a time (a server's session thread, or the client's caller).
+// Thread safety: one thread at a time (a server's session thread, or the client's thread for that
+// server's exchange).
 #pragma once
 
 #include <chrono>

@@ -1,8 +1,12 @@
 // ParameterServerClient (include/hora/ps.h): a worker's channels to every server, and the
 // gathering of its tensors into each server's shard and back (sharding.h).
 #include <cstring>
+#include <exception>
 #include <optional>
+#include <system_error>
+#include <thread>
 #include <variant>
+#include <vector>
 
 #include "bootstrap/job/horarun.h"
 #include "bootstrap/job/job.h"
@@ -35,6 +39,26 @@ PsJob PsJob::fromEnvironment() {
   job.options = common::communicatorOptionsFrom(env);
   return job;
 }
+
+namespace {
+
+// One server's part of a step: its reply (or the error it reported), or what its thread threw.
+struct Exchange {
+  std::variant<MessageHeader, Error> reply;
+  std::exception_ptr thrown;
+};
+
+bool isTimeout(const std::exception_ptr& thrown) {
+  try {
+    std::rethrow_exception(thrown);
+  } catch (const Error& e) {
+    return e.kind() == ErrorKind::kTimeout;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
 
 struct ParameterServerClient::Impl {
   PsJob job;
@@ -78,6 +102,45 @@ struct ParameterServerClient::Impl {
                            " was due"));
     c.receivePayload(buffers[server].data(), h.bytes, deadline);
     return h;
+  }
+  // Every server's exchange of step `next` (the push of its shard, gathered already, then its reply,
+  // scattered into `outputs`) on a thread of its own (the first on this one): pushed one after
+  // another, the servers' links would carry the pushes in turn, each idle while the others fill
+  // theirs, and S servers would push no faster than one. Each thread touches only its own
+  // channel, its shard's buffer and its shard's slices of `outputs`, which no other shard
+  // overlaps. Every wait in it ends at `deadline`, so the joins do too; what a thread throws is
+  // kept for the caller.
+  std::vector<Exchange> exchangeWithEveryServer(uint64_t next, const std::vector<float*>& outputs,
+                                                const common::Deadline& deadline) {
+    std::vector<Exchange> done(channels.size());
+    const auto exchange = [&](size_t k) noexcept {
+      try {
+        MessageHeader h;
+        h.kind = MessageKind::kPush;
+        h.worker = static_cast<uint32_t>(job.worker);
+        h.step = next;
+        h.bytes = buffers[k].size() * sizeof(float);
+        channels[k]->send(h, buffers[k].data(), deadline);
+        done[k].reply = receiveReply(k, false, deadline);
+        if (std::holds_alternative<MessageHeader>(done[k].reply)) scatter(k, outputs);
+      } catch (...) {
+        done[k].thrown = std::current_exception();
+      }
+    };
+    std::vector<std::jthread> others;
+    others.reserve(channels.size());
+    for (size_t k = 1; k < channels.size(); ++k) {
+      try {
+        others.emplace_back(exchange, k);
+      } catch (const std::system_error&) {
+        // No thread to be had: this server's exchange here, in turn, rather than a step that
+        // pushed to some servers only (the protocol could not go on from there).
+        exchange(k);
+      }
+    }
+    exchange(0);
+    others.clear();  // joins
+    return done;
   }
   template <typename Fn>
   auto guarded(Fn fn) {
@@ -180,33 +243,24 @@ PsStep ParameterServerClient::step(const std::vector<const float*>& gradients, c
   return s.guarded([&] {
     const auto deadline = common::Deadline::after(s.job.options.timeout);
     const uint64_t step = s.step + 1;
-    // Push to every server first, then read the answers: a sync round needs every worker's
-    // push on every server, and the servers read pushes as they come.
-    for (size_t k = 0; k < s.channels.size(); ++k) {
-      s.gather(k, gradients);
-      MessageHeader h;
-      h.kind = MessageKind::kPush;
-      h.worker = static_cast<uint32_t>(s.job.worker);
-      h.step = step;
-      h.bytes = s.buffers[k].size() * sizeof(float);
-      s.channels[k]->send(h, s.buffers[k].data(), deadline);
-    }
-    PsStep result{step, UINT64_MAX, 0};
+    // Every gradient is read before any output is written (as when the pushes went in turn):
+    // `outputs` may then overlap `gradients` in any way, not only be them. A memcpy of the model.
+    for (size_t k = 0; k < s.channels.size(); ++k) s.gather(k, gradients);
+    const std::vector<Exchange> done = s.exchangeWithEveryServer(step, outputs, deadline);
     // A server's reported error (a worker left a sync round) is often the echo of another
-    // server's death: read every server first, so that a dead one, the cause, is what throws.
-    std::optional<Error> reported;
-    for (size_t k = 0; k < s.channels.size(); ++k) {
-      auto reply = s.receiveReply(k, false, deadline);
-      if (auto* e = std::get_if<Error>(&reply)) {
-        if (!reported) reported = *e;
-        continue;
-      }
-      const MessageHeader& h = std::get<MessageHeader>(reply);
-      s.scatter(k, outputs);
+    // server's death: what a thread threw (a broken connection, the cause) goes first, and of
+    // those, one that is not a timeout (another server's wait may have run out meanwhile).
+    const Exchange* first = nullptr;
+    for (const Exchange& e : done)
+      if (e.thrown && (!first || (isTimeout(first->thrown) && !isTimeout(e.thrown)))) first = &e;
+    if (first) std::rethrow_exception(first->thrown);
+    PsStep result{step, UINT64_MAX, 0};
+    for (size_t k = 0; k < done.size(); ++k) {
+      if (const auto* e = std::get_if<Error>(&done[k].reply)) rethrowAs(*e);
+      const MessageHeader& h = std::get<MessageHeader>(done[k].reply);
       result.slowest = std::min(result.slowest, h.slowest);
       if (k == 0) result.version = h.version;
     }
-    if (reported) rethrowAs(*reported);
     s.step = step;
     return result;
   });

@@ -90,23 +90,34 @@ def test_shards_as_the_servers_place_them():
 
 
 def test_ps_sync_two_servers():
-    # W = 4 workers on 4 hosts, K = 2 servers, one tensor of 4 MiB: shards of 2 MiB fit the socket
-    # buffer, so the pushes to both servers overlap (4 shards on each server's link), then the
-    # replies (4 shards); the busiest server receives, sums and sends 4 shards; 2 K + 2 W messages.
+    # W = 4 workers on 4 hosts, K = 2 servers, one tensor of 4 MiB: shards of 2 MiB. The pushes go
+    # to both servers at once: each server's link carries 4 shards in, then 4 shards out (a
+    # worker's link only 4 MiB each way); the busiest server receives, sums and sends 4 shards;
+    # 2 K + 2 W messages.
     c, elements = Cluster(hosts=4, ranks_per_host=1, link_gbit=1), 4 * MiB // 4
     shard = elements * 4 / 2
     hand = link(4 * shard + 4 * shard, 1) + P.beta_tcp * 4 * shard + P.gamma * 4 * shard + P.alpha_ps * (2 * 2 + 2 * 4)
     assert P.seconds(servers.ps_sync(c, [elements], 2)) == pytest.approx(hand)
 
 
-def test_ps_sync_pushes_large_shards_one_server_after_the_other():
-    # 16 MiB over 2 servers: shards of 8 MiB; a worker's push to server 0 returns with 4 MiB
-    # (the socket buffer) still to go, so server 1's push starts after 4 MiB x W of server 0's:
-    # pushes W x (4 + 8) MiB, replies W x 8 MiB. One server: W x 16 MiB each way.
+def test_ps_sync_pushes_to_every_server_at_once():
+    # Only the wire, 1 Gbit/s: a byte takes 8 ns. 16 MiB from each of 4 workers on 4 hosts.
     c, elements = Cluster(hosts=4, ranks_per_host=1, link_gbit=1), 16 * MiB // 4
     only_wire = Params(wire=1.0)
-    assert only_wire.seconds(servers.ps_sync(c, [elements], 2)) == pytest.approx((4 * 12 * MiB + 4 * 8 * MiB) * 8e-9)
-    assert only_wire.seconds(servers.ps_sync(c, [elements], 1)) == pytest.approx(2 * 4 * 16 * MiB * 8e-9)
+    ns = 8e-9
+    # One server: its link carries 4 x 16 MiB in, then 4 x 16 MiB out.
+    assert only_wire.seconds(servers.ps_sync(c, [elements], 1)) == pytest.approx((64 + 64) * MiB * ns)
+    # Two servers, shards of 8 MiB, pushed at once: each server's link 4 x 8 MiB each way (a
+    # worker's link 16 MiB), half of one server's time, no matter that a shard exceeds a socket
+    # buffer (the pushes went in turn before: 4 x (4 + 8) MiB in).
+    assert only_wire.seconds(servers.ps_sync(c, [elements], 2)) == pytest.approx((32 + 32) * MiB * ns)
+    # Eight servers, shards of 2 MiB: a server's link carries 4 x 2 = 8 MiB each way, but each
+    # worker's own link its whole 16 MiB: the worker binds.
+    assert only_wire.seconds(servers.ps_sync(c, [elements], 8)) == pytest.approx((16 + 16) * MiB * ns)
+    # Two workers per host (8 on 4 hosts), two servers: a server's link 8 x 8 = 64 MiB each way, a
+    # host's 2 x 16 = 32 MiB: the servers bind again.
+    two_per_host = Cluster(hosts=4, ranks_per_host=2, link_gbit=1)
+    assert only_wire.seconds(servers.ps_sync(two_per_host, [elements], 2)) == pytest.approx((64 + 64) * MiB * ns)
 
 
 def test_ps_async_is_the_busiest_link_one_way():
@@ -188,13 +199,19 @@ def test_recommendation_switches_where_the_formulas_cross():
 
 
 def test_more_servers_only_while_they_pay():
-    # 8 workers, 64 MiB, no per-message cost: servers pay until the shards fit the socket buffer
-    # (K = 16: 4 MiB) and the pushes overlap; from then on each worker's own link, carrying all of
-    # S each way, binds, and 32 servers are no faster (the fewest of the equals wins). With a large
-    # per-message cost, one server is best.
-    cheap = predict.best_servers(Params(wire=1.0), Cluster(8, 1, 1.0), [64 * MiB // 4], "ps-sync", 32)
-    costly = predict.best_servers(Params(wire=1.0, alpha_ps=1.0), Cluster(8, 1, 1.0), [MiB], "ps-sync", 32)
-    assert cheap == (pytest.approx(2 * 64 * MiB * 8e-9), 16) and costly[1] == 1
+    # 8 workers on 8 hosts, 64 MiB, only the wire (8 ns a byte). With K servers each server's link
+    # carries 8 x 64 / K MiB each way, each worker's link 64 MiB: by hand, K = 1, 2, 4 take
+    # 1024, 512, 256 MiB in all; from K = 8 on the worker's link binds, 128 MiB, and more servers
+    # are no faster (the fewest of the equals wins). With a large per-message cost (2 K + 2 W
+    # messages), one server is best.
+    cluster = Cluster(8, 1, 1.0)
+    hand = {k: 2 * max(8 * 64 / k, 64) * MiB * 8e-9 for k in (1, 2, 4, 8, 16, 32)}
+    assert hand[1] == pytest.approx(1024 * MiB * 8e-9) and hand[8] == hand[32] == pytest.approx(128 * MiB * 8e-9)
+    for k, seconds in hand.items():
+        assert Params(wire=1.0).seconds(servers.ps_sync(cluster, [64 * MiB // 4], k)) == pytest.approx(seconds), k
+    cheap = predict.best_servers(Params(wire=1.0), cluster, [64 * MiB // 4], "ps-sync", 32)
+    costly = predict.best_servers(Params(wire=1.0, alpha_ps=1.0), cluster, [MiB], "ps-sync", 32)
+    assert cheap == (pytest.approx(hand[8]), 8) and costly[1] == 1
 
 
 def run_cli(*args):

@@ -2,13 +2,10 @@
 Cluster), K servers on hosts of their own, float32 tensors sharded as src/ps/sharding.cc does.
 
 What hora's client does (src/ps/client.cc), and so what the formulas say:
-- a worker pushes its shard to server 0, then 1, ..., each send returning once the kernel has
-  taken the last byte, then reads the replies in the same order. The kernel holds up to a socket
-  buffer (B) of each push, so a worker moves on to the next server while the last B bytes of the
-  one before are still on their way: beyond B, the pushes of all workers reach the servers one
-  server after another. In ps-sync a server answers once all W pushes of the step are in, so
-  the push phase costs W x (the shards' parts beyond B, in turn, and then the last one), and the
-  replies (W x a shard on each server's link) follow.
+- a worker runs its exchange with every server (its push, then that server's reply) on a thread
+  of its own, so its pushes to the K servers go at once. In ps-sync a server answers once all W
+  pushes of the step are in: the push phase costs what the busier link carries, a server's (W
+  shards) or a worker host's (its workers' whole gradients), and the replies the same back.
 - in ps-async nobody waits for a round: the workers drift apart and keep every server's link
   busy in both directions at once, so a step costs what the busiest link carries one way.
 A server's sum (or its SGD update, two passes) is gamma over W shards; each push and each reply
@@ -18,9 +15,6 @@ is a message (alpha_ps) on the worker's side, and the server handles W of each.
 from hora.cost_model.params import costs
 
 FLOAT_BYTES = 4
-# What a send leaves in the kernel when it returns: Linux's default tcp_wmem maximum (hora does
-# not set SO_SNDBUF).
-SOCKET_BUFFER = 4 * 2**20
 
 
 def plan_shards(tensor_elements, servers):
@@ -55,13 +49,11 @@ def _server_work(cluster, servers, shard_bytes, passes):
 
 
 def ps_sync(cluster, tensor_elements, servers):
-    """One ps-sync step: pushes to every server in turn (beyond the socket buffer), the sums, the
-    replies."""
+    """One ps-sync step: the pushes to every server at once, the sums, the replies; each way the
+    busier of a server's link and a worker host's."""
     shard_bytes = [e * FLOAT_BYTES for e in plan_shards(tensor_elements, servers)]
     server_link, worker_link = _link_bytes(cluster, shard_bytes)
-    in_turn = sum(max(s - SOCKET_BUFFER, 0) for s in shard_bytes) + min(max(shard_bytes), SOCKET_BUFFER)
-    push = max(cluster.ranks * in_turn, server_link, worker_link)
-    pull = max(server_link, worker_link)
+    push = pull = max(server_link, worker_link)
     return costs(wire=cluster.wire_seconds(push + pull)) + _server_work(cluster, servers, shard_bytes, 1)
 
 

@@ -398,6 +398,29 @@ TEST(PsFaults, KilledServerIsNamedByEveryWorker) {
   }
 }
 
+// A server stopped (SIGSTOP) in the middle of a sync job keeps its connections open: every
+// worker's exchange with it waits, the other server's answers, and the step still ends within
+// the worker's deadline (10 s) in an error naming the stopped server, not in a hang.
+TEST(PsFaults, StoppedServerIsNamedByEveryWorkerWithinTheDeadline) {
+  ProcessJob job(4, "ps_stepping_job", {{"PS_WORKERS", "2"}, {"PS_SERVERS", "2"}});
+  ASSERT_TRUE(job.waitForOutput(0, "step 3", 30s));
+  ASSERT_TRUE(job.waitForOutput(1, "step 3", 30s));
+  const auto stopped_at = std::chrono::steady_clock::now();
+  ::kill(job.pid(3), SIGSTOP);  // parameter server 1
+  for (int w = 0; w < 2; ++w) EXPECT_TRUE(job.waitForOutput(w, "ERROR", 20s)) << "worker " << w << " did not fail";
+  const auto failed_at = std::chrono::steady_clock::now();
+  ::kill(job.pid(3), SIGKILL);
+  const auto outcomes = job.wait(30s);
+  EXPECT_LT(failed_at - stopped_at, 13s) << "the workers took longer than their deadline";
+  for (int w = 0; w < 2; ++w) {
+    const auto& o = outcomes[static_cast<size_t>(w)];
+    EXPECT_TRUE(o.exit_code == 10 + static_cast<int>(ErrorKind::kPeer) ||
+                o.exit_code == 10 + static_cast<int>(ErrorKind::kTimeout))
+        << "worker " << w << ":\n" << o.output;
+    EXPECT_NE(o.output.find("parameter server 1 (host"), std::string::npos) << o.output;
+  }
+}
+
 // A worker killed in an async job with a staleness bound: the others are held by it only until
 // the servers see it die, then finish; the servers exit cleanly.
 TEST(PsFaults, KilledAsyncWorkerDoesNotStopTheOthers) {
