@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # hora and Horovod 0.28.1 side by side across 2 namespace hosts (tests/integration/netns_hosts.sh)
 # whose links tbf caps: workloads.py's allreduce (4-byte latency, busbw at 1, 16, 64 MiB) and cnn
-# (images/s), one rank per host, the two frameworks taking turns in every round; then a cut link:
+# (images/s), and with --workload synthetic Horovod's pytorch_synthetic_benchmark.py (resnet18,
+# batch 32; its v0.28.1 file given by --synthetic-script, since Horovod's sdist has no examples),
+# one rank per host, the two frameworks taking turns in every round; then a cut link:
 # workloads.py fail (1 MiB allreduces in a loop), the second host's link taken down at its step
 # 20, and the seconds until no process of the job is left on either host (capped at --cap).
 #
@@ -11,13 +13,13 @@
 #            gloo::IoException on rank 0 after rank 1 exits silently during hvd.init()
 #
 # usage: benchmarks/horovod/two_hosts.sh [--rate R]... [--repeat N] [--cap S] [--horovod-dir DIR]
-#            [--out FILE] [--cuts-only]
+#            [--out FILE] [--cuts-only] [--workload allreduce|cnn|synthetic]... [--synthetic-script FILE]
 #   (as root; --rate default 1gbit 10gbit, --repeat 3, Horovod from setup_horovod.sh's DIR,
 #   default ~/.cache/hora-bench). Every run's RESULT goes to FILE (JSON lines), the cut links to
 #   FILE's name with .cuts.jsonl, then the tables.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-rates=() repeat=3 cap=60 horovod_dir=$HOME/.cache/hora-bench out="" measure=1
+rates=() workloads_to_run=() synthetic="" repeat=3 cap=60 horovod_dir=$HOME/.cache/hora-bench out="" measure=1
 while (($#)); do
   case $1 in
     --rate) rates+=("$2"); shift 2 ;;
@@ -26,11 +28,18 @@ while (($#)); do
     --horovod-dir) horovod_dir=$2; shift 2 ;;
     --out) out=$(realpath "$2"); shift 2 ;;
     --cuts-only) measure=0; shift ;;
+    --workload) workloads_to_run+=("$2"); shift 2 ;;
+    --synthetic-script) synthetic=$(realpath "$2"); shift 2 ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 ((${#rates[@]})) || rates=(1gbit 10gbit)
+((${#workloads_to_run[@]})) || workloads_to_run=(allreduce cnn)
+if [[ " ${workloads_to_run[*]} " == *" synthetic "* && ! -f "$synthetic" ]]; then
+  echo "two_hosts: --workload synthetic needs --synthetic-script (Horovod v0.28.1's examples/pytorch/pytorch_synthetic_benchmark.py)" >&2
+  exit 2
+fi
 hora_venv=$root/.venv horovod_venv=$horovod_dir/horovod-venv
 workloads=$root/benchmarks/horovod/workloads.py
 for venv in "$hora_venv" "$horovod_venv"; do
@@ -49,13 +58,25 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # command_for FRAMEWORK WORKLOAD: sets cmd to the job's command (run on the first host)
 command_for() {
+  local program=("$workloads" "$2")
+  [ "$2" != synthetic ] || program=("$synthetic" --model resnet18 --batch-size 32 --num-warmup-batches 2
+                                    --num-batches-per-iter 3 --num-iters 3)
   if [ "$1" = hora ]; then
     cmd=(env -u PYTHONPATH PATH="$hora_venv/bin:$PATH" "$hora_venv/bin/horovodrun" -np 2 -H "$hosts"
-         -i "$SSH_KEY" -x OMP_NUM_THREADS=1 "$hora_venv/bin/python" "$workloads" "$2")
+         -i "$SSH_KEY" -x OMP_NUM_THREADS=1 "$hora_venv/bin/python" "${program[@]}")
   else
     cmd=(env -u PYTHONPATH mpirun.openmpi -np 2 -H "$hosts" --mca plm_rsh_args "-i $SSH_KEY"
          --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS=1
-         -x PATH="$horovod_venv/bin:/usr/bin:/bin" "$horovod_venv/bin/python" "$workloads" "$2")
+         -x PATH="$horovod_venv/bin:/usr/bin:/bin" "$horovod_venv/bin/python" "${program[@]}")
+  fi
+}
+
+# result_of WORKLOAD: the job's output (stdin) -> its RESULT line's JSON, or nothing
+result_of() {
+  if [ "$1" = synthetic ]; then
+    sed -n 's|.*Total img/sec on [0-9]* CPU(s): \([0-9.]*\) .*|{"synthetic_images_per_sec": \1}|p' | head -n 1
+  else
+    grep -o 'RESULT .*' | head -n 1 | sed 's/^RESULT //'
   fi
 }
 
@@ -63,14 +84,14 @@ for rate in "${rates[@]}"; do
   ((measure)) || break
   cap_links "$rate"
   for run in $(seq 1 "$repeat"); do
-    for workload in allreduce cnn; do
+    for workload in "${workloads_to_run[@]}"; do
       for framework in hora Horovod; do
         echo "$(date +%T) $rate round $run/$repeat: $workload, $framework" >&2
         command_for "$framework" "$workload"
-        line=$(timeout 600 ip netns exec "${HOST_NS[1]}" "${cmd[@]}" 2>&1 | grep -o 'RESULT .*' | head -n 1 || true)
+        line=$(timeout 600 ip netns exec "${HOST_NS[1]}" "${cmd[@]}" 2>&1 | result_of "$workload" || true)
         [ -n "$line" ] || { echo "two_hosts: $framework $workload at $rate gave no result" >&2; exit 1; }
         printf '{"framework": "%s", "rate": "%s", "run": %d, "load": %s, "result": %s}\n' "$framework" "$rate" \
-          "$run" "$(cut -d' ' -f1 /proc/loadavg)" "${line#RESULT }" >>"$out"
+          "$run" "$(cut -d' ' -f1 /proc/loadavg)" "$line" >>"$out"
       done
     done
   done

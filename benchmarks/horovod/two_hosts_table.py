@@ -20,6 +20,7 @@ FIGURES = [
     ("allreduce busbw 16 MiB (GB/s)", lambda r: r["busbw_GBps"]["16MiB"], True),
     ("allreduce busbw 64 MiB (GB/s)", lambda r: r["busbw_GBps"]["64MiB"], True),
     ("CNN training (images/s)", lambda r: r["images_per_sec"], True),
+    ("pytorch_synthetic_benchmark.py resnet18, batch 32 (images/s)", lambda r: r["synthetic_images_per_sec"], True),
 ]
 
 
