@@ -13,13 +13,13 @@
 #            gloo::IoException on rank 0 after rank 1 exits silently during hvd.init()
 #
 # usage: benchmarks/horovod/two_hosts.sh [--rate R]... [--repeat N] [--cap S] [--horovod-dir DIR]
-#            [--out FILE] [--cuts-only] [--workload allreduce|cnn|synthetic]... [--synthetic-script FILE]
+#            [--out FILE] [--cuts-only | --no-cuts] [--workload allreduce|cnn|synthetic]... [--synthetic-script FILE]
 #   (as root; --rate default 1gbit 10gbit, --repeat 3, Horovod from setup_horovod.sh's DIR,
 #   default ~/.cache/hora-bench). Every run's RESULT goes to FILE (JSON lines), the cut links to
 #   FILE's name with .cuts.jsonl, then the tables.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-rates=() workloads_to_run=() synthetic="" repeat=3 cap=60 horovod_dir=$HOME/.cache/hora-bench out="" measure=1
+rates=() workloads_to_run=() synthetic="" repeat=3 cap=60 horovod_dir=$HOME/.cache/hora-bench out="" measure=1 cut_links=1
 while (($#)); do
   case $1 in
     --rate) rates+=("$2"); shift 2 ;;
@@ -28,6 +28,7 @@ while (($#)); do
     --horovod-dir) horovod_dir=$2; shift 2 ;;
     --out) out=$(realpath "$2"); shift 2 ;;
     --cuts-only) measure=0; shift ;;
+    --no-cuts) cut_links=0; shift ;;
     --workload) workloads_to_run+=("$2"); shift 2 ;;
     --synthetic-script) synthetic=$(realpath "$2"); shift 2 ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
@@ -119,6 +120,7 @@ cut_link() {
 
 cap_links "${rates[0]}"
 for run in $(seq 1 "$repeat"); do
+  ((cut_links)) || break
   for framework in hora Horovod; do
     echo "$(date +%T) a cut link, round $run/$repeat: $framework" >&2
     cut_link "$framework" "$run"
