@@ -111,8 +111,9 @@ void Server::session(int worker) {
     return;
   }
   uint64_t step = 0;
+  std::vector<float> gradient;  // the worker's pushes, received in turn
   try {
-    while (serve(*channel, worker, step)) {
+    while (serve(*channel, worker, step, gradient)) {
     }
   } catch (const Error& e) {
     if (stopping_) return;
@@ -127,7 +128,7 @@ void Server::session(int worker) {
   }
 }
 
-bool Server::serve(Channel& channel, int worker, uint64_t& step) {
+bool Server::serve(Channel& channel, int worker, uint64_t& step, std::vector<float>& gradient) {
   // Between requests a worker computes for as long as it likes: wait without a deadline, but
   // wake for a broken connection (counts as incoming) or stop(), and look every kDepartureLook
   // whether the worker closed its connection without a bye (a client that failed half way
@@ -152,7 +153,8 @@ bool Server::serve(Channel& channel, int worker, uint64_t& step) {
       if (!initial.empty())  // (a worker that sends no parameters: no memcpy from a null data())
         std::memcpy(initial.data(), payload.data() + sizeof(r), initial.size() * sizeof(float));
       try {
-        sendReply(channel, worker, {state_.registerWorker(worker, r, std::move(initial), deadline), 0, 0, 0}, deadline);
+        const std::vector<float> parameters = state_.registerWorker(worker, r, std::move(initial), deadline);
+        sendReply(channel, worker, {parameters, 0, 0, 0}, deadline);
       } catch (const Error& e) {
         sendError(channel, worker, e, deadline);
       }
@@ -160,7 +162,8 @@ bool Server::serve(Channel& channel, int worker, uint64_t& step) {
     }
     case MessageKind::kPush: {
       if (h.bytes % sizeof(float) != 0) channel.fail(MismatchError("pushed " + std::to_string(h.bytes) + " bytes"));
-      std::vector<float> gradient(h.bytes / sizeof(float));
+      // The same size every step: allocated (and its pages touched) once per session.
+      gradient.resize(h.bytes / sizeof(float));
       channel.receivePayload(gradient.data(), h.bytes, deadline);
       try {
         sendReply(channel, worker, state_.push(worker, h.step, gradient.data(), deadline), deadline);

@@ -54,7 +54,8 @@ class Server {
  private:
   void session(int worker);
   // One request of `worker`; false when the session should end.
-  bool serve(class Channel& channel, int worker, uint64_t& step);
+  // `gradient`: the session's buffer for the pushes.
+  bool serve(class Channel& channel, int worker, uint64_t& step, std::vector<float>& gradient);
 
   const ServerOptions options_;
   const std::string name_;

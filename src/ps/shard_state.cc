@@ -7,6 +7,7 @@ namespace hora::ps {
 ShardState::ShardState(std::string name, int workers)
     : name_(std::move(name)),
       workers_(workers),
+      replies_(static_cast<size_t>(workers)),
       steps_(static_cast<size_t>(workers), 0),
       left_(static_cast<size_t>(workers), false),
       died_(static_cast<size_t>(workers), false) {}
@@ -80,7 +81,11 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
   if (step != round_)
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
                         " while the servers sum step " + std::to_string(round_));
-  for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += g[i];
+  if (arrived_ == 0) {
+    std::copy(g, g + sum_.size(), sum_.begin());  // 0 + g, without a pass to zero the sum first
+  } else {
+    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += g[i];
+  }
   steps_[static_cast<size_t>(worker)] = step;
   if (++arrived_ == workers_) {
     result_.swap(sum_);
@@ -88,7 +93,7 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
       const float n = static_cast<float>(workers_);
       for (float& v : result_) v /= n;  // divide, as the allreduce's Average of float32 does
     }
-    sum_.assign(result_.size(), 0.0f);
+    sum_.resize(result_.size());  // (the first round's result_ was empty)
     arrived_ = 0;
     ++round_;
     changed_.notify_all();
@@ -119,7 +124,9 @@ ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, 
                          " (max_staleness " + std::to_string(s) + ") waited " +
                          std::to_string(deadline.timeout().count()) + " ms for " + workersBehind(need));
   }
-  return {params_, step, slowestLive(), version};
+  auto& reply = replies_[static_cast<size_t>(worker)];
+  reply.assign(params_.begin(), params_.end());  // the same size every step: no allocation after the first
+  return {reply, step, slowestLive(), version};
 }
 
 void ShardState::leave(int worker, bool died, const std::string& why) {

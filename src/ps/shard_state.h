@@ -3,9 +3,10 @@
 //
 // Note [sync rounds]: in sync mode, round t sums the pushes of step t from every worker into
 // `sum_`; the push that completes the round moves the sum (or mean) into `result_` and starts the
-// next round, and every session of round t copies `result_` into its reply. Round t+1 cannot
-// complete before every worker has read round t's result, since each worker's push of step t+1
-// comes after its reply of step t, so one result buffer is enough.
+// next round, and every session of round t replies from `result_` itself. Round t+1 cannot
+// complete before every session has sent round t's result, since a session reads its worker's
+// push of step t+1 only after sending the reply of step t, so one result buffer is enough and
+// nothing is copied.
 // Async mode: a push is applied at once (SGD with momentum, as torch.optim.SGD: v = m v + g,
 // p -= lr v); with max_staleness = s the reply then waits until every live worker has had at
 // least (this worker's steps - s) applied (stale synchronous parallel). Workers that left (bye)
@@ -20,6 +21,7 @@
 #include <cstdint>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -30,7 +32,9 @@
 namespace hora::ps {
 
 struct ReplyData {
-  std::vector<float> values;
+  // Valid until this worker's next push (sync: the round's result; async: this worker's copy of
+  // the parameters, taken under the lock since the other workers' pushes change them).
+  std::span<const float> values;
   uint64_t step = 0;
   uint64_t slowest = 0;
   uint64_t version = 0;  // async: this push's place in the order the server applied pushes
@@ -73,6 +77,7 @@ class ShardState {
   bool initialized_ = false;                 // async: parameters set from worker 0
   std::vector<float> params_, velocity_;     // async
   std::vector<float> sum_, result_;          // sync
+  std::vector<std::vector<float>> replies_;  // async, by worker: the parameters its reply sends
   uint64_t applied_ = 0;                     // async: pushes applied so far
   uint64_t round_ = 1;                       // sync: the round being summed
   int arrived_ = 0;                          // sync: pushes of round_ so far

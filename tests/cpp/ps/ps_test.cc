@@ -141,7 +141,7 @@ TEST(PsShardState, AsyncAppliesSgdWithMomentumInArrivalOrder) {
         const auto g = gradient(w, s);
         const auto reply = state.push(w, static_cast<uint64_t>(s), g.data(), d);
         std::lock_guard lock(mutex);
-        log.push_back({reply.version, w, s, reply.values});
+        log.push_back({reply.version, w, s, std::vector<float>(reply.values.begin(), reply.values.end())});
       }
     });
   }
