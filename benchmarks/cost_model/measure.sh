@@ -5,6 +5,7 @@
 #   calibration: the reduce kernel (reduce-benchmark); an allreduce size sweep on one host (2 ranks,
 #     shared memory) and across 2 hosts x 1 rank at every rate; ps-sync with 2 workers, 1 server.
 #     --rate uncapped: only the sweep across 2 hosts, links not capped (TCP's CPU cost shows).
+#     Default rates: 1gbit 10gbit uncapped.
 #   validation: allreduce (hora's flat choice, and the hierarchy where hosts hold several ranks) on
 #     2 x 2, 4 x 1, 4 x 2 and 8 x 1 hosts x ranks; ps-sync and ps-async with 2, 4, 8 workers (one per
 #     host) and 1 or 2 servers (hosts of their own).
@@ -31,7 +32,7 @@ while (($#)); do
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
 done
-((${#rates[@]})) || rates=(1gbit 10gbit)
+((${#rates[@]})) || rates=(1gbit 10gbit uncapped)
 mkdir -p "$out"; out=$(realpath "$out")
 horarun=$(dirname "$python")/horarun
 bench=$build/benchmarks/hora-bench

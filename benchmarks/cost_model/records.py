@@ -42,6 +42,16 @@ def reduce_rows(raw):
             for b in raw["benchmarks"] if b["name"].startswith("Reduce/Float32Sum/") and b["run_type"] == "iteration"]
 
 
+def last_level_cache():
+    """Bytes of this machine's largest CPU cache (sysfs), None where it cannot be read."""
+    sizes = []
+    for path in glob.glob("/sys/devices/system/cpu/cpu0/cache/index*/size"):
+        text = open(path).read().strip()
+        units = {"K": 1024, "M": 2**20, "G": 2**30}
+        sizes.append(int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text))
+    return max(sizes) if sizes else None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("kind", choices=["allreduce", "ps", "reduce"])
@@ -58,7 +68,7 @@ def main():
     ap.add_argument("--run", type=int, default=0, help="which repetition")
     args = ap.parse_args()
     record = {"role": args.role, "run": args.run, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host,
-              "link_gbit": args.link_gbit, "cores": args.cores, "loadavg": os.getloadavg()[0]}
+              "link_gbit": args.link_gbit, "cores": args.cores, "cache_bytes": last_level_cache(), "loadavg": os.getloadavg()[0]}
     if args.kind == "ps":
         rows, raw = ps_rows(args.inputs)
         record.update(kind=args.mode, servers=args.servers, rows=rows, raw=raw)

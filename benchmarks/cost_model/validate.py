@@ -94,6 +94,22 @@ def summary(rows, target):
     return "\n".join(lines)
 
 
+def families(rows, target):
+    """Held-out rows per link and kind of exchange: how many within the target, the median error."""
+    groups = collections.defaultdict(list)
+    for c in rows:
+        if c["role"] == "validation":
+            groups[link_text(c), c["exchange"].split(",")[0]].append(c)
+    lines = ["| link | exchange | within target | median error (absolute) | of them 4 MiB and up within target |",
+             "| --- | --- | --- | --- | --- |"]
+    for (link, kind), chosen in sorted(groups.items()):
+        large = [c for c in chosen if c["bytes"] >= 4 * 2**20]
+        lines.append(f"| {link} | {kind} | {sum(abs(c['error']) <= target for c in chosen)} of {len(chosen)} | "
+                     f"{statistics.median(abs(c['error']) for c in chosen) * 100:.1f}% | "
+                     f"{sum(abs(c['error']) <= target for c in large)} of {len(large)} |")
+    return "\n".join(lines)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("directory")
@@ -110,6 +126,7 @@ def main():
     print("Fitted: " + ", ".join(f"{k} {v:.4g}" for k, v in params.to_json().items()))
     print("Rows per stage: " + ", ".join(f"{k} {v}" for k, v in used.items()) + "\n")
     rows = comparisons(records, params)
+    print(families(rows, args.target) + "\n")
     print(summary(rows, args.target) + "\n")
     print(table(rows, args.target))
     loads = [r["loadavg"] for r in records]

@@ -2,7 +2,7 @@
 
   python -m hora.cost_model fit RECORDS.json... --out PARAMS.json
   python -m hora.cost_model predict --params PARAMS.json (--model cnn|wrn|FILE.py:FN | --sizes N...)
-      --ranks-per-host L --link-gbit R [--max-servers K] [--cores C] [--ranks 2 4 ...] [--json]
+      --ranks-per-host L --link-gbit R [--max-servers K] [--cores C] [--cache-mib M] [--ranks 2 4 ...] [--json]
 """
 
 import argparse
@@ -10,6 +10,7 @@ import json
 import sys
 
 from hora.cost_model import fit, models, predict
+from hora.cost_model.cluster import DEFAULT_CACHE_BYTES
 from hora.cost_model.params import Params
 
 
@@ -58,7 +59,7 @@ def run_predict(args):
     sizes = args.sizes or models.gradient_sizes(args.model)
     params = Params.load(args.params)
     rows = predict.predict_table(params, sizes, args.ranks_per_host, args.link_gbit, args.max_servers,
-                                 args.cores, args.ranks)
+                                 args.cores, args.ranks, args.cache_mib * 2**20)
     if args.json:
         print(json.dumps({"params": params.to_json(), "tensors": len(sizes), "bytes": 4 * sum(sizes),
                           "ranks_per_host": args.ranks_per_host, "link_gbit": args.link_gbit,
@@ -88,6 +89,8 @@ def parser():
     p.add_argument("--link-gbit", type=float, required=True)
     p.add_argument("--max-servers", type=int, default=16)
     p.add_argument("--cores", type=int, default=None, help="cores all processes share (default: one each)")
+    p.add_argument("--cache-mib", type=float, default=DEFAULT_CACHE_BYTES / 2**20,
+                   help="each host's last-level cache (default %(default)g)")
     p.add_argument("--ranks", nargs="+", type=int, default=list(predict.RANKS))
     p.add_argument("--json", action="store_true")
     return ap

@@ -1,43 +1,81 @@
-"""Cost vectors (params.py) of one exchange of S bytes of float32 gradients, per algorithm, on a
-Cluster, following what hora does (docs/algorithms.md, src/collectives/plan.cc, src/ps/).
+"""The phases (params.py) of one allreduce of S bytes of float32 gradients, per algorithm, on a
+Cluster, following what hora does (docs/algorithms.md, src/collectives/plan.cc).
 
 Placement: ranks host by host (ranks 0..L-1 on the first host, ...), so a flat ring crosses each
 host's link once per direction, and each recursive-doubling round whose partner distance is at
-least L crosses with all L ranks of a host at once. Parameter servers run on hosts of their own.
+least L crosses with all L ranks of a host at once.
+
+A step's lanes: the link (the bytes the busiest link carries one way), the busiest rank's core,
+and, when the processes share fewer cores, everyone's work over the cores. A rank's work: per
+message through TCP alpha_net and beta_tcp per byte it sends or receives; through shared memory
+alpha_shm and beta_shm per byte it passes on (its send and its receive together); gamma per byte
+it reduces; `mem` for the part of a host's working set (its ranks' buffers and what they stage,
+2 S each) beyond the cache.
 """
 
 import math
 
-from hora.cost_model.params import costs
+from hora.cost_model.params import costs, phase
 
 RING_THRESHOLD = 512 * 1024      # HORA_RING_THRESHOLD: above it the ring, up to it recursive doubling
 SHM_RING_THRESHOLD = 4 * 1024    # HORA_SHM_RING_THRESHOLD: the same inside one host
 
 
-def hop(cluster, crosses, message_bytes, link_bytes=None):
-    """Every rank sends one message of `message_bytes`, across hosts or inside one; `link_bytes`
-    is what the busiest link carries meanwhile (several ranks of a host may cross at once)."""
-    # Sending and receiving is CPU work (on one machine's namespace hosts, the messages' latency
-    # is too): all of it stretches when the ranks outnumber the cores; the wire does not.
-    stretch = cluster.cpu_stretch(cluster.ranks)
-    if not crosses:
-        return stretch * costs(alpha_shm=1, beta_shm=message_bytes)
-    link_bytes = message_bytes if link_bytes is None else link_bytes
-    return costs(wire=cluster.wire_seconds(link_bytes)) + stretch * costs(alpha_net=1, beta_tcp=message_bytes)
+def working_set(cluster, size):
+    """Bytes a host's ranks touch in an allreduce of `size`: each its buffer and its staging."""
+    return cluster.ranks_per_host * 2 * size
 
 
-def reduction(cluster, reduced_bytes):
-    """Every rank adds `reduced_bytes` into its accumulator."""
-    return costs(gamma=reduced_bytes * cluster.cpu_stretch(cluster.ranks))
+def tcp(sent, received, messages=1):
+    """A process's work for TCP messages."""
+    return costs(alpha_net=messages, beta_tcp=sent + received)
+
+
+def shm(cluster, nbytes, size, messages=1):
+    """A rank's work passing `nbytes` through shared memory (its send and receive) in an allreduce
+    of `size`."""
+    hit = cluster.cached(working_set(cluster, size))
+    return costs(alpha_shm=messages, beta_shm=hit * nbytes, mem=(1 - hit) * nbytes)
+
+
+def reduction(cluster, nbytes, size):
+    """A rank's work adding `nbytes` into its accumulator in an allreduce of `size`."""
+    hit = cluster.cached(working_set(cluster, size))
+    return costs(gamma=hit * nbytes, mem=(1 - hit) * nbytes)
 
 
 def ring(cluster, size):
-    """Ring allreduce over all ranks: 2 (n-1) steps of S/n, the first n-1 reducing."""
-    n = cluster.ranks
+    """Ring allreduce over all ranks: 2 (n-1) steps of S/n, the first n-1 reducing. Across hosts,
+    H edges of the ring are TCP (one per host link and direction) and the rest shared memory."""
+    n, hosts, per_host = cluster.ranks, cluster.hosts, cluster.ranks_per_host
     if n == 1:
-        return costs()
-    segment = size / n
-    return 2 * (n - 1) * hop(cluster, cluster.hosts > 1, segment) + (n - 1) * reduction(cluster, segment)
+        return []
+    m = size / n
+    if hosts == 1:
+        busiest = shm(cluster, m, size)
+        everyone = n * busiest
+        links = ()
+    else:
+        # A rank at a host's edge sends (or receives) over TCP and does the other half through
+        # shared memory; with one rank per host it does both over TCP.
+        busiest = tcp(m, m) if per_host == 1 else tcp(m, 0) + 0.5 * shm(cluster, m, size)
+        everyone = hosts * tcp(m, m) + (n - hosts) * shm(cluster, m, size)
+        links = (costs(wire=cluster.wire_seconds(m)),)
+    reduce = reduction(cluster, m, size)
+    return phase(links, cluster.cpu_lanes(busiest + reduce, everyone + n * reduce, n), times=n - 1) + \
+        phase(links, cluster.cpu_lanes(busiest, everyone, n), times=n - 1)
+
+
+def exchange_round(cluster, crosses, size, ranks, message):
+    """`ranks` ranks each swap `message` bytes with a partner and reduce it; across hosts all of a
+    host's ranks cross its link at once."""
+    if crosses:
+        busiest = tcp(message, message)
+        links = (costs(wire=cluster.wire_seconds(message * min(ranks, cluster.ranks_per_host))),)
+    else:
+        busiest, links = shm(cluster, message, size), ()
+    busiest = busiest + reduction(cluster, message, size)
+    return phase(links, cluster.cpu_lanes(busiest, ranks * busiest, cluster.ranks))
 
 
 def recursive_doubling(cluster, size):
@@ -45,14 +83,14 @@ def recursive_doubling(cluster, size):
     not a power of two a fold before and after (the extra ranks hand theirs in, then get it back)."""
     n, per_host = cluster.ranks, cluster.ranks_per_host
     if n == 1:
-        return costs()
+        return []
     rounds = int(math.floor(math.log2(n)))
-    total = costs()
+    total = []
     for k in range(rounds):
-        crosses = cluster.hosts > 1 and 2 ** k >= per_host
-        total = total + hop(cluster, crosses, size, size * per_host) + reduction(cluster, size)
-    if n != 2 ** rounds:
-        total = total + 2 * hop(cluster, cluster.hosts > 1, size) + reduction(cluster, size)
+        total += exchange_round(cluster, cluster.hosts > 1 and 2 ** k >= per_host, size, 2 ** rounds, size)
+    extra = n - 2 ** rounds
+    if extra:  # in, then out: half an exchange each, counted as one
+        total += 2 * exchange_round(cluster, cluster.hosts > 1, size, extra, size / 2)
     return total
 
 
@@ -60,19 +98,23 @@ def hierarchical(cluster, size):
     """Reduce-scatter inside each host (a ring of L over shared memory), an allreduce of the S/L
     slice among the H ranks at each position (the L positions at once, so each host's link
     carries L slices), an allgather inside each host."""
-    hosts, per_host = cluster.hosts, cluster.ranks_per_host
+    hosts, per_host, n = cluster.hosts, cluster.ranks_per_host, cluster.ranks
     if hosts == 1 or per_host == 1:
         return flat(cluster, size)
     slice_bytes = size / per_host
-    local = (per_host - 1) * hop(cluster, False, slice_bytes)
-    scatter = local + (per_host - 1) * reduction(cluster, slice_bytes)
+    local = shm(cluster, slice_bytes, size)
+    reduce = reduction(cluster, slice_bytes, size)
+    scatter = phase(cores=cluster.cpu_lanes(local + reduce, n * (local + reduce), n), times=per_host - 1)
+    gather = phase(cores=cluster.cpu_lanes(local, n * local, n), times=per_host - 1)
     if slice_bytes > RING_THRESHOLD:
-        across = 2 * (hosts - 1) * hop(cluster, True, slice_bytes / hosts, slice_bytes / hosts * per_host) + \
-            (hosts - 1) * reduction(cluster, slice_bytes / hosts)
+        m = slice_bytes / hosts
+        links = (costs(wire=cluster.wire_seconds(m * per_host)),)
+        step, step_reduce = tcp(m, m), reduction(cluster, m, size)
+        across = phase(links, cluster.cpu_lanes(step + step_reduce, n * (step + step_reduce), n), times=hosts - 1) + \
+            phase(links, cluster.cpu_lanes(step, n * step, n), times=hosts - 1)
     else:
-        rounds = math.ceil(math.log2(hosts))
-        across = rounds * (hop(cluster, True, slice_bytes, slice_bytes * per_host) + reduction(cluster, slice_bytes))
-    return scatter + across + local
+        across = math.ceil(math.log2(hosts)) * exchange_round(cluster, True, size, n, slice_bytes)
+    return scatter + across + gather
 
 
 def threshold(cluster):

@@ -1,13 +1,20 @@
-"""The cost model's parameters: the alpha-beta-gamma terms, one number each.
+"""The cost model's parameters (the alpha-beta-gamma terms, one number each) and how an exchange's
+time follows from them.
 
-A predicted time is a dot product: an exchange is described by how much of each term it incurs
-(its Costs: messages, bytes, reduced bytes, ...), and the parameters say what one unit of each
-costs on this machine. That keeps every formula linear in the parameters, so fitting them is
-a linear least-squares problem (fit.py).
+An exchange is a sequence of phases. In a phase the links carry bytes while the cores do the
+work around them (TCP's copies, shared memory, reductions); each is a cost vector (how much of
+each term it incurs: messages, bytes, reduced bytes, ...) whose time is its dot product with the
+parameters. Several links or cores work at once, so the busiest link takes `w` and the busiest
+core `c`; hora streams a message in chunks, so the two overlap, but not perfectly: a phase takes
+(w^p + c^p)^(1/p) with p = OVERLAP, which is the slower of the two when the other is small and
+up to 2^(1/p) times it when they are equal (p = 3: 26% more). The time is homogeneous of degree 1
+in the parameters, so it equals the parameters' dot product with its gradient (binding()): the
+fit (fit.py) solves that linear problem and repeats until the gradient stops changing.
 """
 
 import dataclasses
 import json
+from typing import NamedTuple, Tuple
 
 import numpy as np
 
@@ -15,21 +22,55 @@ import numpy as np
 #   alpha_net   seconds per message between hosts (TCP)
 #   wire        slowdown of the link against its nominal rate (1 = the nominal Gbit/s); the
 #               cost is the bytes a link must carry, in seconds at the nominal rate
-#   beta_tcp    seconds per byte a process sends through TCP on top of the wire (CPU: kernel
-#               copies), so that a fast link still costs what the CPU spends on it
+#   beta_tcp    seconds of a core per byte a process sends or receives through TCP (kernel
+#               copies, the virtual link's work): what a fast link still costs the CPU
 #   alpha_shm   seconds per message between ranks of one host (shared memory)
-#   beta_shm    seconds per byte sent through shared memory
-#   gamma       seconds per byte reduced (a += b, float32)
+#   beta_shm    seconds per byte sent through shared memory, the data in the cache
+#   gamma       seconds per byte reduced (a += b, float32), the data in the cache
+#   mem         seconds added per byte copied or reduced whose data is not in the cache
 #   alpha_ps    seconds per message of a parameter-server exchange (a push or a reply)
-TERMS = ("alpha_net", "wire", "beta_tcp", "alpha_shm", "beta_shm", "gamma", "alpha_ps")
+TERMS = ("alpha_net", "wire", "beta_tcp", "alpha_shm", "beta_shm", "gamma", "mem", "alpha_ps")
 
 
 def costs(**amounts):
-    """A cost vector: how much of each term (TERMS) an exchange incurs; unnamed terms are 0."""
+    """A cost vector: how much of each term (TERMS) a resource incurs; unnamed terms are 0."""
     unknown = set(amounts) - set(TERMS)
     if unknown:
         raise ValueError(f"unknown cost terms {sorted(unknown)}; the terms are {TERMS}")
     return np.array([float(amounts.get(t, 0.0)) for t in TERMS])
+
+
+OVERLAP = 3.0  # p above; validate.py measured 2, 3, 4 and the plain maximum (docs/benchmarks/cost_model.md)
+
+
+class Phase(NamedTuple):
+    """`times` repetitions of a step: the links' and the cores' work (cost vectors) at once."""
+    links: Tuple[np.ndarray, ...]
+    cores: Tuple[np.ndarray, ...]
+    times: float = 1.0
+
+
+def phase(links=(), cores=(), times=1.0):
+    """An exchange of one phase (exchanges are lists of phases, joined with +)."""
+    return [Phase(tuple(links), tuple(cores), float(times))] if times else []
+
+
+def _busiest(lanes, theta):
+    """(seconds, cost vector) of the busiest lane."""
+    if not lanes:
+        return 0.0, None
+    return max(((float(np.dot(theta, lane)), lane) for lane in lanes), key=lambda t: t[0])
+
+
+def phase_time(p, theta):
+    """(seconds, gradient in the parameters) of one repetition of phase p."""
+    w, link = _busiest(p.links, theta)
+    c, core = _busiest(p.cores, theta)
+    if w <= 0.0 or c <= 0.0:  # one side only: it alone sets the time
+        lane = link if w >= c else core
+        return max(w, c), (lane if lane is not None else np.zeros_like(theta))
+    total = (w ** OVERLAP + c ** OVERLAP) ** (1 / OVERLAP)
+    return total, (w / total) ** (OVERLAP - 1) * link + (c / total) ** (OVERLAP - 1) * core
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,21 +81,29 @@ class Params:
     alpha_shm: float = 0.0
     beta_shm: float = 0.0
     gamma: float = 0.0
+    mem: float = 0.0
     alpha_ps: float = 0.0
 
     def vector(self):
         return np.array([getattr(self, t) for t in TERMS])
 
-    def seconds(self, cost_vector):
-        """The time of an exchange whose cost vector this is."""
-        return float(np.dot(self.vector(), cost_vector))
+    def seconds(self, exchange):
+        """The time of an exchange (a list of phases)."""
+        theta = self.vector()
+        return float(sum(p.times * phase_time(p, theta)[0] for p in exchange))
+
+    def binding(self, exchange):
+        """The exchange's time as a cost vector at these parameters: its gradient, whose dot
+        product with them is the time (what the fit linearises around)."""
+        theta = self.vector()
+        return sum((p.times * phase_time(p, theta)[1] for p in exchange), costs())
 
     def to_json(self):
         return {t: getattr(self, t) for t in TERMS}
 
     @classmethod
     def from_json(cls, values):
-        return cls(**{t: float(values[t]) for t in TERMS})
+        return cls(**{t: float(values.get(t, getattr(cls, t))) for t in TERMS})
 
     @classmethod
     def load(cls, path):

@@ -10,8 +10,7 @@ ps-async does not wait for the others (stale gradients), so it is recommended on
 import dataclasses
 
 from hora.cost_model import exchanges, servers
-from hora.cost_model.cluster import Cluster
-from hora.cost_model.params import costs
+from hora.cost_model.cluster import DEFAULT_CACHE_BYTES, Cluster
 
 FUSION_THRESHOLD = 128 * 2**20  # HORA_FUSION_THRESHOLD's default
 RANKS = tuple(2 ** k for k in range(1, 11))  # 2 .. 1,024
@@ -30,10 +29,9 @@ def fusion_buffers(tensor_elements, threshold=FUSION_THRESHOLD):
 
 
 def allreduce_step(cluster, tensor_elements, algorithm="auto"):
-    total = costs()
-    for size in fusion_buffers(tensor_elements):
-        total = total + exchanges.ALLREDUCE_ALGORITHMS[algorithm](cluster, size)
-    return total
+    """The phases of every fused buffer's allreduce, one after the other."""
+    return [p for size in fusion_buffers(tensor_elements)
+            for p in exchanges.ALLREDUCE_ALGORITHMS[algorithm](cluster, size)]
 
 
 def server_counts(max_servers):
@@ -70,9 +68,11 @@ def recommend(seconds, ps_sync, ps_async):
     return choice
 
 
-def predict_row(params, tensor_elements, ranks, ranks_per_host, link_gbit, max_servers, cores=None):
+def predict_row(params, tensor_elements, ranks, ranks_per_host, link_gbit, max_servers, cores=None,
+                cache_bytes=DEFAULT_CACHE_BYTES):
     per_host = min(ranks, ranks_per_host)
-    cluster = Cluster(hosts=max(1, ranks // per_host), ranks_per_host=per_host, link_gbit=link_gbit, cores=cores)
+    cluster = Cluster(hosts=max(1, ranks // per_host), ranks_per_host=per_host, link_gbit=link_gbit, cores=cores,
+                      cache_bytes=cache_bytes)
     seconds = {name: params.seconds(allreduce_step(cluster, tensor_elements, name))
                for name in ("ring", "recursive-doubling", "hierarchical", "auto")}
     ps_sync = best_servers(params, cluster, tensor_elements, "ps-sync", max_servers)
@@ -80,5 +80,7 @@ def predict_row(params, tensor_elements, ranks, ranks_per_host, link_gbit, max_s
     return Row(cluster.ranks, cluster.hosts, seconds, ps_sync, ps_async, recommend(seconds, ps_sync, ps_async))
 
 
-def predict_table(params, tensor_elements, ranks_per_host, link_gbit, max_servers, cores=None, ranks=RANKS):
-    return [predict_row(params, tensor_elements, n, ranks_per_host, link_gbit, max_servers, cores) for n in ranks]
+def predict_table(params, tensor_elements, ranks_per_host, link_gbit, max_servers, cores=None, ranks=RANKS,
+                  cache_bytes=DEFAULT_CACHE_BYTES):
+    return [predict_row(params, tensor_elements, n, ranks_per_host, link_gbit, max_servers, cores, cache_bytes)
+            for n in ranks]
