@@ -6,6 +6,7 @@ without a straggler. Every configuration once per round, rounds repeated (interl
 
   ps_tbf.py run --ns NS... --ips IP... --ssh-key KEY --rate 1gbit --out FILE
                 [--workers 2 4] [--servers 1 2] [--stragglers 0 0.5] [--model cnn] [--repeat 3]
+                [--target 0.85 [--eval-every 50]]
   ps_tbf.py table FILE... [--json ALL]
 
 Placement: worker r on host r (one rank per host), server k on host W + k (a host of its own,
@@ -15,7 +16,10 @@ idle f times its own compute time each step.
 
 Figures per run: the job's images/s (each worker's images over its own timed steps, summed:
 in ps-async the workers do not wait for each other) and rank 0's step time (a worker that is
-not the straggler).
+not the straggler). With --target, the time to that test accuracy instead: the CNN on the real
+Fashion-MNIST (train_bench.py's time-to-accuracy workers: the same seed and data order in every
+mode, the test set evaluated every --eval-every steps, which also brings ps-async's workers
+together), the learning rate scaled by the workers except in ps-async (each push is an update).
 """
 
 import argparse
@@ -54,12 +58,17 @@ def run_one(args, c, steps, warmup):
     if s:
         cmd += ["--server-hosts", ",".join(f"{ip}:1" for ip in args.ips[w:w + s])]
     cmd += tb.worker_argv("hora", c["model"], args.width, steps, warmup, mode=c["mode"],
-                          max_staleness=c["max_staleness"], straggler=c["straggler"])
+                          max_staleness=c["max_staleness"], straggler=c["straggler"], target=args.target,
+                          eval_every=args.eval_every)
     ranks = tb.run_job([(cmd, dict(os.environ))], w, args.timeout)
     for r in ranks:
         if r.get("local_size") != 1 or r.get("cross_size") != w:
             raise RuntimeError(f"rank {r['rank']}: local_size {r.get('local_size')}, cross_size {r.get('cross_size')}"
                                f": the workers must be on {w} hosts")
+    if args.target:  # rank 0's clock; every worker evaluated the same weights at the same steps
+        r0 = ranks[0]
+        return dict(seconds=r0["seconds"], trained_steps=r0["steps"], accuracy=r0["accuracy"],
+                    reached=r0["accuracy"] >= args.target, history=r0["history"])
     return dict(images_per_sec=sum(r["batch"] * r["steps"] / r["own_seconds"] for r in ranks),
                 step_ms=ranks[0]["own_seconds"] / ranks[0]["steps"] * 1000,
                 slowest_step_ms=max(r["own_seconds"] / r["steps"] for r in ranks) * 1000)
@@ -74,10 +83,28 @@ def run(args):
         for c in configurations(args):
             steps, warmup = args.steps or tb.DEFAULT_STEPS[c["model"]][0], args.warmup or tb.DEFAULT_STEPS[c["model"]][1]
             print(f"{args.rate} round {rep + 1}/{args.repeat}: {c}", file=sys.stderr, flush=True)
-            samples.append(dict(c, rate=args.rate, round=rep, steps=steps, warmup=warmup,
+            samples.append(dict(c, rate=args.rate, round=rep, steps=steps, warmup=warmup, target=args.target,
                                 loadavg=os.getloadavg()[0], **run_one(args, c, steps, warmup)))
             with open(args.out, "w") as f:  # after every run: a failure later keeps what was measured
                 json.dump({"args": vars(args), "samples": samples}, f, indent=1)
+
+
+def accuracy_table(groups, target):
+    """Seconds to the target accuracy per configuration; a run that did not reach it (the
+    worker's 600 s cap) shows its last accuracy and counts as 600 s."""
+    print(f"| link | model | workers | straggler | mode | servers | seconds to {target:.0%} (median) | runs: seconds "
+          "/ steps | vs allreduce (time, median of per-round ratios) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    seconds = lambda r: r["seconds"] if r["reached"] else 600.0
+    for key, runs in groups.items():
+        rate, model, workers, straggler, label, servers = key
+        base = groups.get((rate, model, workers, straggler, "allreduce", 0))
+        ratios = [seconds(r) / seconds(b) for r in runs for b in base or [] if b["round"] == r["round"]]
+        each = " / ".join(f"{r['seconds']:.1f} s / {r['trained_steps']}" + ("" if r["reached"] else f" (only {r['accuracy']:.3f})")
+                          for r in runs)
+        print(f"| {rate} | {model} | {workers} | {straggler:g} | {label} | {servers or '-'} | "
+              f"{statistics.median(seconds(r) for r in runs):.1f} | {each} | "
+              f"{statistics.median(ratios):.2f} |")
 
 
 def table(args):
@@ -85,6 +112,21 @@ def table(args):
     groups = collections.defaultdict(list)
     for s in samples:
         groups[s["rate"], s["model"], s["workers"], s["straggler"], s["label"], s["servers"]].append(s)
+    targets = {s.get("target", 0.0) for s in samples}
+    if len(targets) > 1:
+        raise SystemExit(f"the files mix step-time runs and time-to-accuracy runs ({sorted(targets)})")
+    if targets != {0.0}:
+        accuracy_table(groups, targets.pop())
+    else:
+        step_table(groups)
+    loads = [s["loadavg"] for s in samples]
+    print(f"\n{len(samples)} runs; load average (1 min) at their starts: {min(loads):.1f}-{max(loads):.1f}.")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"samples": samples}, f, indent=1)
+
+
+def step_table(groups):
     print("| link | model | workers | straggler | mode | servers | images/s (median) | runs | vs allreduce "
           "| rank 0 step ms (median) | slowest worker step ms (median) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
@@ -99,11 +141,6 @@ def table(args):
         print(f"| {rate} | {model} | {workers} | {straggler:g} | {label} | {servers or '-'} | "
               f"{med(runs, 'images_per_sec'):.1f} | {each} | "
               f"{statistics.median(ratios):.2f} | {med(runs, 'step_ms'):.1f} | {med(runs, 'slowest_step_ms'):.1f} |")
-    loads = [s["loadavg"] for s in samples]
-    print(f"\n{len(samples)} runs; load average (1 min) at their starts: {min(loads):.1f}-{max(loads):.1f}.")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"samples": samples}, f, indent=1)
 
 
 def main():
@@ -124,6 +161,8 @@ def main():
     r.add_argument("--steps", type=int, default=0, help="timed steps (default: CNN 60, WRN 6)")
     r.add_argument("--warmup", type=int, default=0, help="warm-up steps (default: CNN 10, WRN 2)")
     r.add_argument("--timeout", type=int, default=1800)
+    r.add_argument("--target", type=float, default=0.0, help="time to this test accuracy (real data) instead")
+    r.add_argument("--eval-every", type=int, default=50, help="with --target: steps between evaluations")
     t = sub.add_parser("table")
     t.add_argument("files", nargs="+")
     t.add_argument("--json", default="")

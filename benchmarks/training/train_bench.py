@@ -116,7 +116,9 @@ def worker(args):
     torch.manual_seed(1)
     model = build(args.model, args.width)
     batch = GLOBAL_BATCH[args.model] // size
-    opt = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
+    # The learning rate scales with the ranks when their gradients are averaged into one update.
+    # In ps-async every worker's push is an update of its own, so the rate stays one process's.
+    opt = torch.optim.SGD(model.parameters(), lr=0.01 * (1 if args.mode == "ps-async" else size), momentum=0.9)
     if kind == "hora":
         compression = hvd.Compression.fp16 if args.fp16 else hvd.Compression.none
         hvd.broadcast_parameters(model.state_dict(), 0)
@@ -140,6 +142,22 @@ def worker(args):
 
     barrier()
     framework_threads = set(thread_cpu()) - before_setup
+
+    # --straggler f: the last rank idles f times its own compute time before each update
+    # (a worker on a slower machine).
+    straggle = args.straggler if rank == size - 1 else 0.0
+
+    def train_step(x, y):
+        opt.zero_grad()
+        begun = time.time()
+        if kind == "ddp-nosync":
+            with model.no_sync():
+                F.cross_entropy(model(x), y).backward()
+        else:
+            F.cross_entropy(model(x), y).backward()
+        if straggle:
+            time.sleep(straggle * (time.time() - begun))
+        opt.step()
 
     result = {"rank": rank, "size": size, "host": os.environ.get("HORA_HOSTNAME", os.uname().nodename)}
     if kind == "hora":
@@ -190,9 +208,7 @@ def worker(args):
         def train_steps():
             for i in range(step, step + args.eval_every):
                 idx = order[(i * GLOBAL_BATCH[args.model] + rank * batch) % len(order):][:batch]
-                opt.zero_grad()
-                F.cross_entropy(model(prep(x_train[idx])), y_train[idx]).backward()
-                opt.step()
+                train_step(prep(x_train[idx]), y_train[idx])
 
         start, step, accuracy, history = time.time(), 0, 0.0, []
         while accuracy < args.target and time.time() - start < 600:
@@ -205,28 +221,12 @@ def worker(args):
     else:
         x = torch.randn(batch, 1, 28, 28)
         y = torch.randint(0, 10, (batch,))
-        # --straggler f: the last rank idles f times its own compute time before each update
-        # (a worker on a slower machine).
-        straggle = args.straggler if rank == size - 1 else 0.0
-
-        def step():
-            opt.zero_grad()
-            begun = time.time()
-            if kind == "ddp-nosync":
-                with model.no_sync():
-                    F.cross_entropy(model(x), y).backward()
-            else:
-                F.cross_entropy(model(x), y).backward()
-            if straggle:
-                time.sleep(straggle * (time.time() - begun))
-            opt.step()
-
         for _ in range(args.warmup):
-            step()
+            train_step(x, y)
         barrier()
         cpu_start, start = thread_cpu(), time.time()
         for _ in range(args.steps):
-            step()
+            train_step(x, y)
         own = time.time() - start  # this rank's steps alone (in ps-async the others may still run)
         barrier()
         elapsed, cpu_end = time.time() - start, thread_cpu()
