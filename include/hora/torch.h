@@ -196,8 +196,8 @@ class DistributedOptimizer {
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
-  // synchronize() (unless skipped, see below), then the wrapped optimizer's step (kPsAsync: no
-  // step; a closure runs before the push).
+  // synchronize() (unless skipped, see below), then the wrapped optimizer's step. The ps modes
+  // run a closure before the push; kPsAsync does not step the wrapped optimizer.
   at::Tensor step(::torch::optim::Optimizer::LossClosure closure = nullptr);
   // Waits for every gradient's allreduce and writes the results into the .grad() fields (ps modes:
   // pushes the gradients and writes the answer into .grad(), or kPsAsync into the parameters); call
