@@ -3,6 +3,7 @@
 //
 //     horarun -np 2 build/release/examples/cpp/fashion_mnist              # WRN-16-1
 //     horarun -np 2 build/release/examples/cpp/fashion_mnist --width 10   # the tutorial's WRN-16-10
+//     horarun -np 2 --servers 1 build/release/examples/cpp/fashion_mnist --mode ps-sync   # parameter servers
 //
 // The hora lines are marked "hora:"; without them this is a single-process program.
 #include <torch/torch.h>
@@ -40,6 +41,7 @@ struct Args {
   bool no_augment = false;
   int64_t train_limit = 0;
   bool fp16_allreduce = false;
+  std::string mode = "allreduce";
   int threads = 0;
   std::string checkpoint = "checkpoints/fashion_mnist_cpp.pt";
   bool resume = false;
@@ -232,6 +234,9 @@ int run(const Args& a) {
   // hora: average gradients across workers, overlapping the allreduce with the backward pass.
   hvd::DistributedOptimizerOptions options;
   options.compression = a.fp16_allreduce ? hvd::Compression::kFP16 : hvd::Compression::kNone;
+  options.mode = a.mode == "ps-sync"    ? hvd::Exchange::kPsSync
+                 : a.mode == "ps-async" ? hvd::Exchange::kPsAsync
+                                        : hvd::Exchange::kAllreduce;
   hvd::DistributedOptimizer optimizer(sgd, model->named_parameters(), options);
 
   int64_t n_train = train.images.size(0);
@@ -340,6 +345,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-augment", a.no_augment, "train without the random flips and shifts");
   app.add_option("--train-limit", a.train_limit, "use only the first N training images (0 = all)")->capture_default_str();
   app.add_flag("--fp16-allreduce", a.fp16_allreduce, "compress gradients to float16 for the allreduce");
+  app.add_option("--mode", a.mode,
+                 "how gradients travel: allreduce, or through the parameter servers of horarun --servers K "
+                 "(ps-async: with --wd 0; its servers keep the first lr)")
+      ->check(CLI::IsMember({"allreduce", "ps-sync", "ps-async"}))->capture_default_str();
   app.add_option("--threads", a.threads, "torch threads per worker (0: cores / local workers)")->capture_default_str();
   app.add_option("--checkpoint", a.checkpoint, "written by rank 0 after every epoch")->capture_default_str();
   app.add_flag("--resume", a.resume, "continue from --checkpoint");

@@ -32,6 +32,7 @@
 
 #include "hora/engine.h"
 #include "hora/errors.h"
+#include "hora/ps.h"
 #include "hora/types.h"
 
 namespace hora::torch {
@@ -150,15 +151,27 @@ enum class Compression {
   kFP16,  // floating-point gradients travel as float16 and are restored to their type after
 };
 
+// How gradients travel (hora.torch's mode="allreduce" | "ps-sync" | "ps-async"). The ps modes go
+// through the job's parameter servers (horarun --servers K; docs/parameter_servers.md):
+//   kPsSync:  the servers sum every worker's gradients; each worker gets the mean (kAverage) or
+//             the sum (kSum) in .grad(), allreduce's result, and the wrapped optimizer steps.
+//   kPsAsync: the servers apply each worker's gradients at once with SGD (the wrapped
+//             torch::optim::SGD's lr and momentum, read once) and the worker takes their
+//             parameters; the wrapped optimizer's own step does not run.
+enum class Exchange { kAllreduce, kPsSync, kPsAsync };
+
 struct DistributedOptimizerOptions {
   // Gradients are accumulated locally over this many backward passes before one allreduce.
   int backward_passes_per_step = 1;
-  Compression compression = Compression::kNone;
+  Compression compression = Compression::kNone;  // kNone only in the ps modes
   ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum (no Adasum optimizer here: hora.torch has it)
   // Average only: inputs are divided by this before the sum and the result multiplied by it
-  // after the average (less overflow with fp16).
+  // after the average (less overflow with fp16). 1 in the ps modes.
   double gradient_predivide_factor = 1.0;
-  int process_set = 0;
+  int process_set = 0;  // 0 in the ps modes
+  Exchange mode = Exchange::kAllreduce;
+  // kPsAsync: no worker runs more than this many steps ahead of the slowest; -1 = unbounded.
+  int64_t max_staleness = -1;
 };
 
 // Wraps any torch::optim::Optimizer so that step() applies gradients averaged over the ranks.
@@ -168,6 +181,10 @@ struct DistributedOptimizerOptions {
 // early layers still compute theirs; step() waits for the rest, writes the averages into the
 // .grad() fields and runs the wrapped optimizer's step. Parameters that got no gradient in a pass
 // are reduced (as zeros) at step(), so every rank issues the same names.
+//
+// In the ps modes there are no hooks: step() pushes every gradient (missing ones as zeros, sparse
+// ones made dense) after the backward pass and takes in the servers' answer. The parameters must
+// be float32 CPU tensors (made contiguous here); a job without servers is InvalidArgumentError.
 class DistributedOptimizer {
  public:
   // named_parameters: module->named_parameters(); every parameter of `optimizer` must be among
@@ -175,20 +192,24 @@ class DistributedOptimizer {
   DistributedOptimizer(std::shared_ptr<::torch::optim::Optimizer> optimizer,
                        const ::torch::OrderedDict<std::string, at::Tensor>& named_parameters,
                        DistributedOptimizerOptions options = {});
-  ~DistributedOptimizer();  // removes the hooks
+  ~DistributedOptimizer();  // removes the hooks; in the ps modes, says goodbye to the servers
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
-  // synchronize() (unless skipped, see below), then the wrapped optimizer's step.
+  // synchronize() (unless skipped, see below), then the wrapped optimizer's step. The ps modes
+  // run a closure before the push; kPsAsync does not step the wrapped optimizer.
   at::Tensor step(::torch::optim::Optimizer::LossClosure closure = nullptr);
-  // Waits for every gradient's allreduce and writes the results into the .grad() fields; call it
-  // before step() to look at or clip the averaged gradients, then step() does not reduce again.
+  // Waits for every gradient's allreduce and writes the results into the .grad() fields (ps modes:
+  // pushes the gradients and writes the answer into .grad(), or kPsAsync into the parameters); call
+  // it before step() to look at or clip the averaged gradients, then step() does not reduce again.
   void synchronize();
   // InvalidArgumentError while gradients are in flight (after backward, before step).
   void zero_grad();
 
   ::torch::optim::Optimizer& optimizer() { return *optimizer_; }
   std::vector<::torch::optim::OptimizerParamGroup>& param_groups() { return optimizer_->param_groups(); }
+  // ps modes: what the servers said about the last push (zeros before the first).
+  const PsStep& parameter_server_step() const { return ps_step_; }
 
   struct Hook;  // the autograd post-hook (src/torch/training.cc)
 
@@ -202,16 +223,23 @@ class DistributedOptimizer {
     bool in_flight = false;
     TensorHandle handle;
     at::Tensor wire;        // what travels: the gradient, or its float16 copy
+    int64_t elements = 0;   // ps modes: its size, as registered with the servers
   };
 
   void onGradient(size_t index);  // called by the hook of parameter `index`
   void startAllreduce(Parameter& p);
+  void connectToServers(const PsOptions& options);  // the ps modes' part of the constructor
+  void pushToServers();       // the ps modes' synchronize(), under mutex_
 
   std::shared_ptr<::torch::optim::Optimizer> optimizer_;
   DistributedOptimizerOptions options_;
   std::mutex mutex_;  // hooks may run on autograd's threads
   std::vector<Parameter> params_;
   bool synchronized_ = false;
+  std::unique_ptr<ParameterServerClient> servers_;  // the ps modes only
+  PsStep ps_step_;
+  double server_lr_ = 0.0;  // kPsAsync: the lr the servers run with
+  bool warned_lr_ = false;
 };
 
 }  // namespace hora::torch

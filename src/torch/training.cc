@@ -1,9 +1,12 @@
 // hora::torch's training helpers: starting every rank from the same state, averaging metrics,
-// and the DistributedOptimizer.
+// and the DistributedOptimizer (by allreduce, or through the parameter servers: include/hora/ps.h).
 #include <algorithm>
+#include <iostream>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "hora/torch.h"
 
@@ -35,6 +38,71 @@ std::string broadcastBytes(const std::string& bytes, int root_rank, const std::s
 }
 
 std::string groupOptionsKey(size_t group) { return "hora/param_group_options/" + std::to_string(group); }
+
+const char* nameOf(Exchange mode) {
+  switch (mode) {
+    case Exchange::kAllreduce: return "Exchange::kAllreduce";
+    case Exchange::kPsSync: return "Exchange::kPsSync";
+    case Exchange::kPsAsync: return "Exchange::kPsAsync";
+  }
+  return "Exchange(?)";
+}
+
+// What the ps modes cannot do (yet), as hora.torch's ps_optimizer refuses it.
+void checkParameterServerOptions(const DistributedOptimizerOptions& o) {
+  if (o.max_staleness < -1) {
+    throw InvalidArgumentError("DistributedOptimizer: max_staleness must be -1 (unbounded) or >= 0, got " +
+                               std::to_string(o.max_staleness));
+  }
+  if (o.max_staleness != -1 && o.mode != Exchange::kPsAsync) {
+    throw InvalidArgumentError("DistributedOptimizer: max_staleness (" + std::to_string(o.max_staleness) +
+                               ") bounds mode Exchange::kPsAsync only; mode is " + nameOf(o.mode));
+  }
+  if (o.mode == Exchange::kAllreduce) return;
+  const std::string mode = std::string("DistributedOptimizer: mode ") + nameOf(o.mode);
+  if (o.compression != Compression::kNone) {
+    throw InvalidArgumentError(mode + " does not compress gradients yet: use Compression::kNone");
+  }
+  if (o.process_set != 0) {
+    throw InvalidArgumentError(mode + " takes no process_set (every rank is a worker), got " +
+                               std::to_string(o.process_set));
+  }
+  if (o.gradient_predivide_factor != 1.0) {
+    throw InvalidArgumentError(mode + " takes no gradient_predivide_factor, got " +
+                               c10::str(o.gradient_predivide_factor));
+  }
+}
+
+// kPsAsync: the lr and momentum of the SGD the servers run, which must be `optimizer`'s own.
+std::pair<double, double> serverSgdOptions(::torch::optim::Optimizer& optimizer) {
+  auto* sgd = dynamic_cast<::torch::optim::SGD*>(&optimizer);
+  if (!sgd) {
+    throw InvalidArgumentError("DistributedOptimizer: mode Exchange::kPsAsync runs SGD on the servers: wrap a "
+                               "torch::optim::SGD");
+  }
+  if (sgd->param_groups().empty()) return {0.0, 0.0};  // nothing to train
+  const std::string mode = "DistributedOptimizer: mode Exchange::kPsAsync: ";
+  const auto& first = static_cast<const ::torch::optim::SGDOptions&>(sgd->param_groups().front().options());
+  for (size_t g = 0; g < sgd->param_groups().size(); ++g) {
+    const auto& o = static_cast<const ::torch::optim::SGDOptions&>(sgd->param_groups()[g].options());
+    const std::string group = " (param group " + std::to_string(g) + " has ";
+    if (o.dampening() != 0) {
+      throw InvalidArgumentError(mode + "the servers' SGD has no dampening; set it to 0" + group +
+                                 c10::str(o.dampening()) + ")");
+    }
+    if (o.weight_decay() != 0) {
+      throw InvalidArgumentError(mode + "the servers' SGD has no weight_decay; set it to 0" + group +
+                                 c10::str(o.weight_decay()) + ")");
+    }
+    if (o.nesterov()) throw InvalidArgumentError(mode + "the servers' SGD has no nesterov; set it to false");
+    if (o.lr() != first.lr() || o.momentum() != first.momentum()) {
+      throw InvalidArgumentError(mode + "every param group must have the same lr and momentum" + group + "lr " +
+                                 c10::str(o.lr()) + ", momentum " + c10::str(o.momentum()) + "; group 0 lr " +
+                                 c10::str(first.lr()) + ", momentum " + c10::str(first.momentum()) + ")");
+    }
+  }
+  return {first.lr(), first.momentum()};
+}
 
 }  // namespace
 
@@ -117,6 +185,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
                                            DistributedOptimizerOptions options)
     : optimizer_(std::move(optimizer)), options_(options) {
   if (!optimizer_) throw InvalidArgumentError("DistributedOptimizer: the optimizer is null");
+  checkParameterServerOptions(options_);
   if (options_.backward_passes_per_step < 1) {
     throw InvalidArgumentError("DistributedOptimizer: backward_passes_per_step must be at least 1, got " +
                                std::to_string(options_.backward_passes_per_step));
@@ -129,6 +198,12 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
   if (options_.gradient_predivide_factor != 1.0 && options_.op != ReduceOp::kAverage) {
     throw InvalidArgumentError("DistributedOptimizer: gradient_predivide_factor needs op Average");
   }
+  PsOptions ps;
+  ps.mode = options_.mode == Exchange::kPsAsync ? PsMode::kAsync : PsMode::kSync;
+  ps.average = options_.op == ReduceOp::kAverage;
+  ps.max_staleness = options_.max_staleness;
+  if (options_.mode == Exchange::kPsAsync) std::tie(ps.lr, ps.momentum) = serverSgdOptions(*optimizer_);
+  server_lr_ = ps.lr;
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : named_parameters) names[item.value().unsafeGetTensorImpl()] = item.key();
   for (const auto& group : optimizer_->param_groups()) {
@@ -146,6 +221,10 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
       param.passes_left = options_.backward_passes_per_step;
       params_.push_back(std::move(param));
     }
+  }
+  if (options_.mode != Exchange::kAllreduce) {
+    connectToServers(ps);  // no hooks: the push happens in step()
+    return;
   }
   int set_size = options_.process_set == 0 ? size()
                                            : static_cast<int>(engine().processSetRanks(options_.process_set).size());
@@ -197,8 +276,54 @@ void DistributedOptimizer::startAllreduce(Parameter& p) {
   p.in_flight = true;
 }
 
+void DistributedOptimizer::connectToServers(const PsOptions& options) {
+  std::vector<size_t> elements;
+  std::vector<float*> initial;  // kPsAsync: every worker starts from the servers' (worker 0's)
+  for (Parameter& p : params_) {
+    if (p.tensor.scalar_type() != at::kFloat || !p.tensor.device().is_cpu()) {
+      throw InvalidArgumentError(std::string("DistributedOptimizer: mode ") + nameOf(options_.mode) +
+                                 " takes float32 CPU parameters; " + p.name.substr(10) + " is " +
+                                 c10::toString(p.tensor.scalar_type()) + " on " + p.tensor.device().str());
+    }
+    if (!p.tensor.is_contiguous()) p.tensor.set_data(p.tensor.detach().contiguous());
+    p.elements = p.tensor.numel();
+    elements.push_back(static_cast<size_t>(p.elements));
+    if (options.mode == PsMode::kAsync) initial.push_back(p.tensor.data_ptr<float>());
+  }
+  servers_ = std::make_unique<ParameterServerClient>(PsJob::fromEnvironment(), elements, options, initial);
+}
+
+// The parameters' storage is read and written through raw pointers, so each must still be the
+// contiguous float32 tensor of the size registered with the servers.
+void DistributedOptimizer::pushToServers() {
+  std::vector<const float*> gradients;
+  std::vector<float*> outputs;
+  for (Parameter& p : params_) {
+    if (!p.tensor.is_contiguous() || p.tensor.scalar_type() != at::kFloat || p.tensor.numel() != p.elements) {
+      throw InvalidArgumentError("DistributedOptimizer: " + p.name.substr(10) + " is no longer a contiguous float32 "
+                                 "tensor of " + std::to_string(p.elements) +
+                                 " elements, as registered with the parameter servers");
+    }
+    at::Tensor& grad = p.tensor.mutable_grad();
+    if (!grad.defined()) {
+      grad = at::zeros_like(p.tensor);  // not used in this pass
+    } else if (grad.is_sparse()) {
+      grad = grad.to_dense();
+    }
+    if (!grad.is_contiguous()) grad = grad.contiguous();
+    gradients.push_back(grad.data_ptr<float>());
+    outputs.push_back(options_.mode == Exchange::kPsSync ? grad.data_ptr<float>() : p.tensor.data_ptr<float>());
+  }
+  ps_step_ = servers_->step(gradients, outputs);
+}
+
 void DistributedOptimizer::synchronize() {
   std::lock_guard lock(mutex_);
+  if (servers_) {
+    pushToServers();
+    synchronized_ = true;
+    return;
+  }
   if (params_.empty() || !params_.front().accumulator) {  // a job of one: nothing to average
     synchronized_ = true;
     return;
@@ -230,6 +355,24 @@ void DistributedOptimizer::synchronize() {
 }
 
 at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure closure) {
+  if (servers_) {
+    at::Tensor loss;
+    if (closure) {  // before the push, as hora.torch: its gradients are the ones pushed
+      at::AutoGradMode enable_grad(true);
+      loss = closure();
+      synchronized_ = false;
+    }
+    if (!synchronized_) synchronize();
+    synchronized_ = false;
+    if (options_.mode == Exchange::kPsSync) {
+      optimizer_->step();
+    } else if (!warned_lr_ && !param_groups().empty() && param_groups().front().options().get_lr() != server_lr_) {
+      warned_lr_ = true;
+      std::cerr << "hora: DistributedOptimizer mode Exchange::kPsAsync: the servers keep the lr given when the "
+                   "optimizer was made (" << server_lr_ << "); later changes to it do not reach them yet\n";
+    }
+    return loss;
+  }
   if (!synchronized_) synchronize();
   synchronized_ = false;
   return optimizer_->step(std::move(closure));

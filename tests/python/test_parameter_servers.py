@@ -1,7 +1,8 @@
 """Parameter servers (docs/parameter_servers.md) under horarun --servers: ps-sync gives every
 worker the allreduce's result (checked against numpy), ps-async applies each push on the server
 in an order an independent replay reproduces, bounded staleness holds a fast worker back, and a
-killed server is named by every worker within seconds."""
+killed server is named by every worker within seconds. The same for the C++ frontend's
+DistributedOptimizer (a worker program built with the tests)."""
 
 import json
 import os
@@ -71,13 +72,20 @@ def numpy_sync_reference(workers, steps, lr=0.1, momentum=0.9):
         rng = np.random.default_rng(100 + r)
         data.append((rng.standard_normal((8, 40)).astype(np.float32).astype(np.float64),
                      rng.standard_normal((8, 30)).astype(np.float32).astype(np.float64)))
+    return numpy_sgd_on_reduced_gradients(w, b, data, steps, lr, momentum)
+
+
+def numpy_sgd_on_reduced_gradients(w, b, data, steps, lr, momentum, average=True):
+    """SGD with momentum on the mean (or sum) over the workers' (x, y) of a linear layer's MSE
+    gradients, in float64."""
     vw, vb = np.zeros_like(w), np.zeros_like(b)
+    scale = 1 / len(data) if average else 1
     for _ in range(steps):
         gw, gb = np.zeros_like(w), np.zeros_like(b)
         for x, y in data:
             d = 2 * (x @ w.T + b - y) / y.size
-            gw += d.T @ x / workers
-            gb += d.sum(0) / workers
+            gw += d.T @ x * scale
+            gb += d.sum(0) * scale
         vw, vb = momentum * vw + gw, momentum * vb + gb
         w, b = w - lr * vw, b - lr * vb
     return w, b
@@ -137,7 +145,15 @@ def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path):
     steps = 10
     out = horarun(2, 1, script, tmp_path, steps, "none")
     assert out.returncode == 0, out.stdout + out.stderr
-    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    expect_a_replay_of_the_servers_order([json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)],
+                                         steps)
+
+
+def expect_a_replay_of_the_servers_order(runs, steps, held=False):
+    """Each worker's log (the ASYNC script's) agrees with SGD (lr 0.05, momentum 0.5) applying
+    every push in the order of the servers' versions, from worker 0's parameters. held (bounded
+    staleness): an answer held back carries the parameters of when it was let go, after pushes
+    applied since its own."""
     for run in runs:
         assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
@@ -149,7 +165,13 @@ def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path):
         v = 0.5 * v + g
         p = p - 0.05 * v
         states.append(p)
-        np.testing.assert_allclose(params, p, rtol=1e-5, atol=1e-5, err_msg=f"push {version} (worker {r} step {s})")
+    for version, r, s, params in pushes:
+        if held:
+            assert any(np.allclose(params, state, rtol=1e-5, atol=1e-5) for state in states[version:]), \
+                f"push {version} (worker {r} step {s})"
+        else:
+            np.testing.assert_allclose(params, states[version], rtol=1e-5, atol=1e-5,
+                                       err_msg=f"push {version} (worker {r} step {s})")
     # A worker starts from the servers' parameters when it registers: worker 0's, or (a worker
     # that registers later) those after the pushes applied so far.
     for r, run in enumerate(runs):
@@ -169,6 +191,57 @@ def test_bounded_staleness_holds_the_fast_worker(tmp_path):
         # The slow worker's own count of pushes begun bounds what the servers saw of it.
         assert e["step"] - e["slow_begun"] <= staleness, e
     assert max(e["step"] - e["slow_begun"] for e in fast) == staleness, "ran ahead as far as allowed"
+
+
+# ---- the C++ frontend: hora::torch::DistributedOptimizer's mode (tests/torch/ps_mode_worker.cc) ----
+
+def cpp_worker():
+    """The worker program, built with the tests under HORA_BUILD_DIR (default build/release)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(root, os.environ.get("HORA_BUILD_DIR", "build/release"), "tests", "hora_torch_ps_worker")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not built (hora::torch needs libtorch)")
+    return path
+
+
+def cpp_job(workers, servers, *args, timeout=300):
+    return subprocess.run([HORARUN, "-np", str(workers), "--servers", str(servers), *START, cpp_worker(),
+                           *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def sines(n, a, b):
+    """The worker's formula data: sin(a * i + b), rounded to float32."""
+    return np.sin(np.arange(n) * a + b).astype(np.float32).astype(np.float64)
+
+
+@pytest.mark.parametrize("workers,servers,op", [(2, 1, "average"), (2, 1, "sum"), (3, 2, "average")])
+def test_cpp_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, op):
+    steps = 3
+    out = cpp_job(workers, servers, tmp_path, "sync", op, steps)
+    assert out.returncode == 0, out.stdout + out.stderr
+    data = [(sines(8 * 40, 0.13, r + 1.0).reshape(8, 40), sines(8 * 30, 0.29, 2.0 * r + 0.5).reshape(8, 30))
+            for r in range(workers)]
+    w, b = numpy_sgd_on_reduced_gradients(sines(30 * 40, 0.37, 0.1).reshape(30, 40), sines(30, 0.7, 1.3), data,
+                                          steps, lr=0.1, momentum=0.9, average=(op == "average"))
+    for r in range(workers):
+        got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert got["ps_steps"] == list(range(1, steps + 1))
+        for mode in ("ps-sync", "allreduce"):
+            np.testing.assert_allclose(np.reshape(got[mode]["weight"], (30, 40)), w, rtol=1e-5, atol=1e-5,
+                                       err_msg=f"rank {r} {mode}")
+            np.testing.assert_allclose(got[mode]["bias"], b, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
+
+
+@pytest.mark.parametrize("staleness", [-1, 1])
+def test_cpp_ps_async_matches_a_replay_of_the_servers_order(tmp_path, staleness):
+    steps = 10
+    out = cpp_job(2, 1, tmp_path, "async", staleness, steps)
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    expect_a_replay_of_the_servers_order(runs, steps, held=staleness >= 0)
+    if staleness >= 0:
+        for run in runs:
+            assert all(e["step"] - e["slowest"] <= staleness for e in run["log"]), run["log"]
 
 
 # ---- a killed server ----

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -436,6 +438,93 @@ TEST(Training, UnusedParametersAreReducedAsZerosAndMisuseIsReported) {
   model->forward(x).sum().backward();
   EXPECT_ANY_THROW(model->forward(x).sum().backward());
   optimizer.synchronize();
+}
+
+namespace {
+
+// `make` throws InvalidArgumentError whose message contains every one of `words`.
+void expectInvalidArgument(const std::function<void()>& make, const std::vector<std::string>& words) {
+  try {
+    make();
+    ADD_FAILURE() << "no error; expected one naming " << words.front();
+  } catch (const hora::InvalidArgumentError& e) {
+    for (const std::string& w : words) EXPECT_NE(std::string(e.what()).find(w), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+// The parameter server modes' options are refused before any server is asked (the modes
+// themselves run under horarun --servers: tests/python/test_parameter_servers.py).
+TEST(ParameterServerModes, UnsupportedOptionsAreRefusedNamingTheOptionAndValue) {
+  torch::nn::Sequential model = makeModel(0);
+  auto named = model->named_parameters();
+  auto make = [&](hvd::DistributedOptimizerOptions o, std::shared_ptr<torch::optim::Optimizer> inner = nullptr) {
+    return [&, o, inner] { hvd::DistributedOptimizer(inner ? inner : sgd(model->parameters()), named, o); };
+  };
+  hvd::DistributedOptimizerOptions o;
+  o.max_staleness = 2;
+  expectInvalidArgument(make(o), {"max_staleness (2)", "kPsAsync only", "Exchange::kAllreduce"});
+  o.mode = hvd::Exchange::kPsSync;
+  expectInvalidArgument(make(o), {"max_staleness (2)", "Exchange::kPsSync"});
+  o.mode = hvd::Exchange::kPsAsync;
+  o.max_staleness = -3;
+  expectInvalidArgument(make(o), {"max_staleness", "-3"});
+
+  for (hvd::Exchange mode : {hvd::Exchange::kPsSync, hvd::Exchange::kPsAsync}) {
+    hvd::DistributedOptimizerOptions ps;
+    ps.mode = mode;
+    hvd::DistributedOptimizerOptions bad = ps;
+    bad.compression = hvd::Compression::kFP16;
+    expectInvalidArgument(make(bad), {"does not compress", "Compression::kNone"});
+    bad = ps;
+    bad.process_set = 1;
+    expectInvalidArgument(make(bad), {"process_set", "got 1"});
+    bad = ps;
+    bad.gradient_predivide_factor = 2.0;
+    expectInvalidArgument(make(bad), {"gradient_predivide_factor", "2"});
+    bad = ps;
+    bad.op = hora::ReduceOp::kAdasum;
+    expectInvalidArgument(make(bad), {"op must be Average or Sum"});
+  }
+
+  hvd::DistributedOptimizerOptions async;
+  async.mode = hvd::Exchange::kPsAsync;
+  std::vector<at::Tensor> params = model->parameters();
+  expectInvalidArgument(make(async, adam(params)), {"runs SGD on the servers", "torch::optim::SGD"});
+  using torch::optim::SGDOptions;
+  expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(params, SGDOptions(0.1).momentum(0.9).nesterov(true))),
+                        {"no nesterov"});
+  expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(params, SGDOptions(0.1).weight_decay(0.01))),
+                        {"no weight_decay", "0.01"});
+  expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(params, SGDOptions(0.1).momentum(0.9).dampening(0.5))),
+                        {"no dampening", "0.5"});
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(std::vector<at::Tensor>{params[0], params[1]}, std::make_unique<SGDOptions>(0.1));
+  groups.emplace_back(std::vector<at::Tensor>{params[2], params[3]}, std::make_unique<SGDOptions>(0.2));
+  expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(groups, SGDOptions(0.1))),
+                        {"same lr and momentum", "group 1", "0.2"});
+
+  // float32 CPU parameters only.
+  torch::nn::Linear doubled(3, 2);
+  doubled->to(at::kDouble);
+  hvd::DistributedOptimizerOptions sync;
+  sync.mode = hvd::Exchange::kPsSync;
+  expectInvalidArgument(
+      [&] { hvd::DistributedOptimizer(sgd(doubled->parameters()), doubled->named_parameters(), sync); },
+      {"float32 CPU", "weight", "Double"});
+}
+
+TEST(ParameterServerModes, AJobWithoutServersIsToldToStartThem) {
+  const char* servers = std::getenv("HORA_PS_SERVERS");
+  if (servers && std::string(servers) != "0") GTEST_SKIP() << "this job has parameter servers";
+  torch::nn::Sequential model = makeModel(0);
+  for (hvd::Exchange mode : {hvd::Exchange::kPsSync, hvd::Exchange::kPsAsync}) {
+    hvd::DistributedOptimizerOptions o;
+    o.mode = mode;
+    expectInvalidArgument([&] { hvd::DistributedOptimizer(sgd(model->parameters()), model->named_parameters(), o); },
+                          {"no parameter servers", "horarun --servers K"});
+  }
 }
 
 int main(int argc, char** argv) {

@@ -1,0 +1,129 @@
+// One worker of a job under horarun --servers K, training with hora::torch::DistributedOptimizer's
+// parameter server modes; tests/python/test_parameter_servers.py runs it and checks what each
+// worker writes (<out>/rank<r>.json) against numpy. Usage:
+//
+//   hora_torch_ps_worker <out> sync <average|sum> <steps>
+//       a Linear(40, 30) trained by SGD (lr 0.1, momentum 0.9) on an MSE loss, first with
+//       Exchange::kPsSync, then with allreduce; exits 1 when the two disagree.
+//   hora_torch_ps_worker <out> async <max_staleness> <steps>
+//       50 parameters, worker r's start r + 1, SGD (lr 0.05, momentum 0.5) on the servers with
+//       Exchange::kPsAsync; worker 1 is slow; logs each step's PsStep and parameters.
+//
+// The initial values and data are formulas (sines of an index) that numpy computes identically.
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "hora/torch.h"
+
+namespace hvd = hora::torch;
+
+namespace {
+
+// sin(a * i + b) for i = 0 .. n-1, computed in float64 and rounded to float32 (as numpy does).
+at::Tensor sines(int64_t n, double a, double b) {
+  return at::sin(at::arange(n, at::kDouble) * a + b).to(at::kFloat);
+}
+
+std::string json(const at::Tensor& t) {
+  at::Tensor flat = t.detach().reshape({-1}).to(at::kDouble).contiguous();
+  std::ostringstream out;
+  out.precision(17);
+  out << "[";
+  for (int64_t i = 0; i < flat.numel(); ++i) out << (i ? "," : "") << flat.data_ptr<double>()[i];
+  out << "]";
+  return out.str();
+}
+
+// Trains the linear layer for `steps` steps in `mode`; returns {"weight": ..., "bias": ...}.
+std::pair<at::Tensor, at::Tensor> trainLinear(hvd::Exchange mode, hora::ReduceOp op, int steps, std::string& log) {
+  int r = hvd::rank();
+  torch::nn::Linear model(40, 30);
+  {
+    torch::NoGradGuard no_grad;
+    model->weight.copy_(sines(30 * 40, 0.37, 0.1).view({30, 40}));
+    model->bias.copy_(sines(30, 0.7, 1.3));
+  }
+  at::Tensor x = sines(8 * 40, 0.13, r + 1.0).view({8, 40});
+  at::Tensor y = sines(8 * 30, 0.29, 2.0 * r + 0.5).view({8, 30});
+  auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  hvd::DistributedOptimizerOptions options;
+  options.mode = mode;
+  options.op = op;
+  hvd::DistributedOptimizer optimizer(sgd, model->named_parameters(), options);
+  for (int s = 0; s < steps; ++s) {
+    optimizer.zero_grad();
+    torch::nn::functional::mse_loss(model->forward(x), y).backward();
+    optimizer.step();
+    if (mode == hvd::Exchange::kAllreduce) continue;
+    if (s > 0) log += ",";
+    log += std::to_string(optimizer.parameter_server_step().step);
+  }
+  return {model->weight.detach().clone(), model->bias.detach().clone()};
+}
+
+int runSync(const std::string& out, const std::string& op_name, int steps) {
+  hora::ReduceOp op = op_name == "sum" ? hora::ReduceOp::kSum : hora::ReduceOp::kAverage;
+  std::string ps_steps, unused;
+  auto [ps_weight, ps_bias] = trainLinear(hvd::Exchange::kPsSync, op, steps, ps_steps);
+  auto [weight, bias] = trainLinear(hvd::Exchange::kAllreduce, op, steps, unused);
+  std::ofstream(out + "/rank" + std::to_string(hvd::rank()) + ".json")
+      << "{\"ps-sync\": {\"weight\": " << json(ps_weight) << ", \"bias\": " << json(ps_bias) << "},"
+      << " \"allreduce\": {\"weight\": " << json(weight) << ", \"bias\": " << json(bias) << "},"
+      << " \"ps_steps\": [" << ps_steps << "]}\n";
+  if (!at::allclose(ps_weight, weight, 1e-5, 1e-5) || !at::allclose(ps_bias, bias, 1e-5, 1e-5)) {
+    std::cerr << "rank " << hvd::rank() << ": ps-sync and allreduce disagree\n";
+    return 1;
+  }
+  return 0;
+}
+
+int runAsync(const std::string& out, int64_t max_staleness, int steps) {
+  int r = hvd::rank();
+  at::Tensor p = at::full({50}, r + 1.0, at::kFloat).requires_grad_(true);
+  torch::OrderedDict<std::string, at::Tensor> named;
+  named.insert("p", p);
+  auto sgd = std::make_shared<torch::optim::SGD>(std::vector<at::Tensor>{p},
+                                                 torch::optim::SGDOptions(0.05).momentum(0.5));
+  hvd::DistributedOptimizerOptions options;
+  options.mode = hvd::Exchange::kPsAsync;
+  options.max_staleness = max_staleness;
+  hvd::DistributedOptimizer optimizer(sgd, named, options);
+  std::ostringstream log;
+  log << "{\"start\": " << json(p) << ", \"log\": [";
+  for (int s = 1; s <= steps; ++s) {
+    if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the slow worker
+    p.mutable_grad() = at::arange(1, 51, at::kFloat) * 0.01 * (r + 1) + 0.001 * s;
+    optimizer.step();
+    const hora::PsStep& st = optimizer.parameter_server_step();
+    log << (s > 1 ? ", " : "") << "{\"step\": " << st.step << ", \"slowest\": " << st.slowest
+        << ", \"version\": " << st.version << ", \"params\": " << json(p) << "}";
+  }
+  log << "]}\n";
+  std::ofstream(out + "/rank" + std::to_string(r) + ".json") << log.str();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::cerr << "usage: " << argv[0] << " <out> sync <average|sum> <steps> | <out> async <max_staleness> <steps>\n";
+    return 2;
+  }
+  std::string out = argv[1], kind = argv[2], arg = argv[3];
+  int steps = std::atoi(argv[4]);
+  torch::set_num_threads(1);
+  hvd::init();
+  int result = kind == "sync" ? runSync(out, arg, steps) : runAsync(out, std::stoll(arg), steps);
+  hvd::shutdown();
+  return result;
+}
