@@ -28,10 +28,12 @@ def gradient_sizes(model):
     """A preset name (PRESETS) or FILE.py:FUNCTION: the model's tensors' element counts."""
     if model in PRESETS:
         relative, function, args = PRESETS[model]
-        path = os.path.join(source_root(), relative)
-        if not os.path.isfile(path):
-            raise ValueError(f"preset {model!r} reads {relative} of hora's source tree, not found at {path}; "
-                             f"pass --model FILE.py:FUNCTION or --sizes")
+        # The tree this package runs from, or (an installed package) the tree one runs it in.
+        places = [os.path.join(root, relative) for root in (source_root(), os.getcwd())]
+        path = next((p for p in places if os.path.isfile(p)), None)
+        if path is None:
+            raise ValueError(f"preset {model!r} reads {relative} of hora's source tree, not found at "
+                             f"{' or '.join(places)}; pass --model FILE.py:FUNCTION or --sizes")
         return torch_gradient_sizes(path, function, args)
     path, _, function = model.rpartition(":")
     if not path or not os.path.isfile(path):
