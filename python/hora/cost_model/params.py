@@ -40,7 +40,7 @@ def costs(**amounts):
     return np.array([float(amounts.get(t, 0.0)) for t in TERMS])
 
 
-OVERLAP = 3.0  # p above; validate.py measured 2, 3, 4 and the plain maximum (docs/benchmarks/cost_model.md)
+OVERLAP = 3.0  # p above: 2, 3, 4 and the plain maximum compared in docs/benchmarks/cost_model.md
 
 
 class Phase(NamedTuple):
