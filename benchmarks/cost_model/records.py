@@ -68,7 +68,8 @@ def main():
     ap.add_argument("--run", type=int, default=0, help="which repetition")
     args = ap.parse_args()
     record = {"role": args.role, "run": args.run, "hosts": args.hosts, "ranks_per_host": args.ranks_per_host,
-              "link_gbit": args.link_gbit, "cores": args.cores, "cache_bytes": last_level_cache(), "loadavg": os.getloadavg()[0]}
+              "link_gbit": args.link_gbit, "cores": args.cores, "cache_bytes": last_level_cache(),
+              "loadavg": os.getloadavg()[0]}
     if args.kind == "ps":
         rows, raw = ps_rows(args.inputs)
         record.update(kind=args.mode, servers=args.servers, rows=rows, raw=raw)

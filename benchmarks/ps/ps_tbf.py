@@ -100,8 +100,8 @@ def accuracy_table(groups, target):
         rate, model, workers, straggler, label, servers = key
         base = groups.get((rate, model, workers, straggler, "allreduce", 0))
         ratios = [seconds(r) / seconds(b) for r in runs for b in base or [] if b["round"] == r["round"]]
-        each = " / ".join(f"{r['seconds']:.1f} s / {r['trained_steps']}" + ("" if r["reached"] else f" (only {r['accuracy']:.3f})")
-                          for r in runs)
+        each = " / ".join(f"{r['seconds']:.1f} s / {r['trained_steps']}" +
+                          ("" if r["reached"] else f" (only {r['accuracy']:.3f})") for r in runs)
         print(f"| {rate} | {model} | {workers} | {straggler:g} | {label} | {servers or '-'} | "
               f"{statistics.median(seconds(r) for r in runs):.1f} | {each} | "
               f"{statistics.median(ratios):.2f} |")
