@@ -1,4 +1,5 @@
 // hora::torch's job and collectives: a torch::Tensor in, a hora::Request to the process's Engine.
+#include <cstdlib>
 #include <map>
 #include <optional>
 #include <mutex>
@@ -123,6 +124,13 @@ void init() {
   std::lock_guard lock(engine_mutex);
   if (the_engine) return;
   the_engine = std::make_unique<hora::Engine>(Communicator::fromEnvironment(), EngineOptions::fromEnvironment());
+  // A program that returns or exits without shutdown() must not leave the engine to the
+  // library's static destructors: they run after the atexit handlers, among them OpenSSL's
+  // cleanup, and the engine's goodbye to its peers needs OpenSSL (the heartbeat's HMAC).
+  // Handlers run in reverse order of registration, and OpenSSL registered its own while the
+  // engine was made, so this one runs first.
+  static std::once_flag registered;
+  std::call_once(registered, [] { std::atexit([] { shutdown(); }); });
 }
 
 void shutdown() {
