@@ -9,6 +9,8 @@ virtual environment benchmarks/horovod/setup_horovod.sh built (`horovodrun --glo
   synthetic  Horovod's examples/pytorch/pytorch_synthetic_benchmark.py (from Horovod's unpacked
              sdist, else from the Horovod mirror's git at v0.28.1), per --synthetic, total img/s
   cnn        workloads.py cnn: the Fashion-MNIST example's CNN, global batch 128, images/s
+  wrn        workloads.py wrn: its WRN-16-10, global batch 32, images/s over 8 steps
+  tta        workloads.py tta: the CNN on the real data to 85% test accuracy, seconds
   keras      benchmarks/tensorflow/keras_bench.py's worker with `import horovod.tensorflow.keras`:
              model.fit of the CNN (global batch 128) and of the tutorial's WideResNet (WRN-16-10,
              global batch 32) on random images, 1 intra-op and 1 inter-op thread per rank, images/s
@@ -418,16 +420,33 @@ def table(results):
         out.append("### pytorch_synthetic_benchmark.py (total img/s)\n\n" + rows_table(
             ["model", "ranks", "batch per rank", "hora (median)", "hora runs", "Horovod (median)",
              "Horovod runs", "hora / Horovod", "load before -> after"], rows))
-    if "cnn" in results:
+    for name, title in (("cnn", "Fashion-MNIST CNN, global batch 128"), ("wrn", "WRN-16-10, global batch 32")):
+        if name not in results:
+            continue
         rows = []
-        for s in results["cnn"]:
+        for s in results[name]:
             h = [r.get("images_per_sec") for r in s["runs"]["hora"]]
             v = [r.get("images_per_sec") for r in s["runs"]["Horovod"]]
             rows.append([s["np"], fmt(med(h)), " / ".join(fmt(x) for x in h), fmt(med(v)),
                          " / ".join(fmt(x) for x in v), ratio(med(h), med(v)),
                          f"{s['load_before']} -> {s['load_after']}"])
-        out.append("### Fashion-MNIST CNN, global batch 128 (images/s)\n\n" + rows_table(
+        out.append(f"### {title}, PyTorch (images/s)\n\n" + rows_table(
             ["ranks", "hora (median)", "hora runs", "Horovod (median)", "Horovod runs", "hora / Horovod",
+             "load before -> after"], rows))
+    if "tta" in results:
+        rows = []
+        for s in results["tta"]:
+            def runs(fw):
+                return [r.get("seconds") if r.get("reached") else None for r in s["runs"][fw]]
+
+            def each(fw):
+                return " / ".join(f"{r['seconds']:.1f} s, {r['steps']} steps" if r.get("reached") else
+                                  "not reached" for r in s["runs"][fw])
+            h, v = runs("hora"), runs("Horovod")
+            rows.append([s["np"], fmt(med(h)), each("hora"), fmt(med(v)), each("Horovod"), ratio(med(v), med(h)),
+                         f"{s['load_before']} -> {s['load_after']}"])
+        out.append("### Fashion-MNIST CNN to 85% test accuracy, PyTorch (seconds)\n\n" + rows_table(
+            ["ranks", "hora (median)", "hora runs", "Horovod (median)", "Horovod runs", "Horovod / hora (speed-up)",
              "load before -> after"], rows))
     if "keras" in results:
         rows = []
@@ -492,8 +511,8 @@ def table(results):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--sets", nargs="+", default=["synthetic", "cnn", "keras", "tutorial", "allreduce", "elastic", "failures"],
-                   choices=["synthetic", "cnn", "keras", "tutorial", "allreduce", "elastic", "failures"])
+    sets = ["synthetic", "cnn", "wrn", "tta", "keras", "tutorial", "allreduce", "elastic", "failures"]
+    p.add_argument("--sets", nargs="+", default=sets, choices=sets)
     p.add_argument("--keras", nargs="+", default=["cnn", "wrn"], choices=sorted(KERAS_STEPS),
                    help="models of the keras set (wrn: the tutorial's WRN-16-10)")
     p.add_argument("--repeat", type=int, default=3)
@@ -523,8 +542,10 @@ def main():
             print(f"<!-- set {name}, load {load()} -->", flush=True)
             if name == "synthetic":
                 results[name] = set_synthetic(args, fws, work)
-            elif name == "cnn":
-                results[name] = set_workload(args, fws, "cnn")
+            elif name in ("cnn", "tta"):
+                results[name] = set_workload(args, fws, name)
+            elif name == "wrn":
+                results[name] = set_workload(args, fws, name, ["--steps", "8", "--warmup", "2"])
             elif name == "keras":
                 results[name] = set_keras(args, fws)
             elif name == "tutorial":

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # hora and Horovod 0.28.1 side by side across 2 namespace hosts (tests/integration/netns_hosts.sh)
 # whose links tbf caps: workloads.py's allreduce (4-byte latency, busbw at 1, 16, 64 MiB) and cnn
-# (images/s), and with --workload synthetic Horovod's pytorch_synthetic_benchmark.py (resnet18,
-# batch 32; its v0.28.1 file given by --synthetic-script, since Horovod's sdist has no examples),
+# (images/s), with --workload wrn its WRN-16-10 (images/s over 8 steps), keras-cnn and keras-wrn
+# keras_bench.py's model.fit through horovod.tensorflow.keras (images/s), and with --workload
+# synthetic Horovod's pytorch_synthetic_benchmark.py (resnet18, batch 32; its v0.28.1 file given
+# by --synthetic-script, since Horovod's sdist has no examples),
 # one rank per host, the two frameworks taking turns in every round; then a cut link:
 # workloads.py fail (1 MiB allreduces in a loop), the second host's link taken down at its step
 # 20, and the seconds until no process of the job is left on either host (capped at --cap).
@@ -13,7 +15,8 @@
 #            gloo::IoException on rank 0 after rank 1 exits silently during hvd.init()
 #
 # usage: benchmarks/horovod/two_hosts.sh [--rate R]... [--repeat N] [--cap S] [--horovod-dir DIR]
-#            [--out FILE] [--cuts-only | --no-cuts] [--workload allreduce|cnn|synthetic]... [--synthetic-script FILE]
+#            [--out FILE] [--cuts-only | --no-cuts] [--synthetic-script FILE]
+#            [--workload allreduce|cnn|wrn|keras-cnn|keras-wrn|synthetic]...
 #   (as root; --rate default 1gbit 10gbit, --repeat 3, Horovod from setup_horovod.sh's DIR,
 #   default ~/.cache/hora-bench). Every run's RESULT goes to FILE (JSON lines), the cut links to
 #   FILE's name with .cuts.jsonl, then the tables.
@@ -42,7 +45,7 @@ if [[ " ${workloads_to_run[*]} " == *" synthetic "* && ! -f "$synthetic" ]]; the
   exit 2
 fi
 hora_venv=$root/.venv horovod_venv=$horovod_dir/horovod-venv
-workloads=$root/benchmarks/horovod/workloads.py
+workloads=$root/benchmarks/horovod/workloads.py keras_bench=$root/benchmarks/tensorflow/keras_bench.py
 for venv in "$hora_venv" "$horovod_venv"; do
   "$venv/bin/python" -c "import horovod.torch" 2>/dev/null \
     || { echo "two_hosts: no horovod.torch in $venv (see side_by_side.py's usage)" >&2; exit 1; }
@@ -60,14 +63,20 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 # command_for FRAMEWORK WORKLOAD: sets cmd to the job's command (run on the first host)
 command_for() {
   local program=("$workloads" "$2")
+  case $2 in
+    wrn) program+=(--steps 8 --warmup 2) ;;
+    keras-cnn | keras-wrn)  # model.fit through `import horovod.tensorflow.keras`
+      program=("$keras_bench" --worker hora --api horovod.tensorflow.keras --model "${2#keras-}" --ranks 2
+               --steps "$([ "$2" = keras-cnn ] && echo 200 || echo 12)" --warmup 5) ;;
+  esac
   [ "$2" != synthetic ] || program=("$synthetic" --model resnet18 --batch-size 32 --num-warmup-batches 2
                                     --num-batches-per-iter 3 --num-iters 3)
   if [ "$1" = hora ]; then
     cmd=(env -u PYTHONPATH PATH="$hora_venv/bin:$PATH" "$hora_venv/bin/horovodrun" -np 2 -H "$hosts"
-         -i "$SSH_KEY" -x OMP_NUM_THREADS=1 "$hora_venv/bin/python" "${program[@]}")
+         -i "$SSH_KEY" -x OMP_NUM_THREADS=1 -x TF_CPP_MIN_LOG_LEVEL=2 "$hora_venv/bin/python" "${program[@]}")
   else
     cmd=(env -u PYTHONPATH mpirun.openmpi -np 2 -H "$hosts" --mca plm_rsh_args "-i $SSH_KEY"
-         --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS=1
+         --mca btl_tcp_if_include eth0 --mca oob_tcp_if_include eth0 -x OMP_NUM_THREADS=1 -x TF_CPP_MIN_LOG_LEVEL=2
          -x PATH="$horovod_venv/bin:/usr/bin:/bin" "$horovod_venv/bin/python" "${program[@]}")
   fi
 }
@@ -76,6 +85,8 @@ command_for() {
 result_of() {
   if [ "$1" = synthetic ]; then
     sed -n 's|.*Total img/sec on [0-9]* CPU(s): \([0-9.]*\) .*|{"synthetic_images_per_sec": \1}|p' | head -n 1
+  elif [[ $1 == keras-* ]]; then  # keras_bench.py: the job's images/s as rank 0's clock saw them
+    sed -n "s|.*RESULT rank=0 images_per_s=\([0-9.]*\).*|{\"workload\": \"$1\", \"images_per_sec\": \1}|p" | head -n 1
   else
     grep -o 'RESULT .*' | head -n 1 | sed 's/^RESULT //'
   fi

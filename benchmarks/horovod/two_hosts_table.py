@@ -13,13 +13,22 @@ import json
 import statistics
 import sys
 
+
+def images_per_sec(workload):
+    """Reads a training workload's images/s; KeyError for another workload's result."""
+    return lambda r: r["images_per_sec"] if r["workload"] == workload else {}["not " + workload]
+
+
 # (label, how to read it from a result, higher is better)
 FIGURES = [
     ("4-byte allreduce latency (us)", lambda r: r["latency_4B_us"], False),
     ("allreduce busbw 1 MiB (GB/s)", lambda r: r["busbw_GBps"]["1MiB"], True),
     ("allreduce busbw 16 MiB (GB/s)", lambda r: r["busbw_GBps"]["16MiB"], True),
     ("allreduce busbw 64 MiB (GB/s)", lambda r: r["busbw_GBps"]["64MiB"], True),
-    ("CNN training (images/s)", lambda r: r["images_per_sec"], True),
+    ("CNN training (images/s)", images_per_sec("cnn"), True),
+    ("WRN-16-10 training, global batch 32 (images/s)", images_per_sec("wrn"), True),
+    ("Keras model.fit, the CNN (images/s)", images_per_sec("keras-cnn"), True),
+    ("Keras model.fit, WRN-16-10 (images/s)", images_per_sec("keras-wrn"), True),
     ("pytorch_synthetic_benchmark.py resnet18, batch 32 (images/s)", lambda r: r["synthetic_images_per_sec"], True),
 ]
 

@@ -7,6 +7,10 @@ horovodrun; lines starting with RESULT (rank 0) and STEP carry what the driver r
   cnn        the Fashion-MNIST example's small CNN (examples/pytorch/fashion_mnist.py's
              small_cnn, read from that file), DistributedOptimizer, global batch 128 of random
              images: images/s over the timed steps
+  wrn        the same with the example's WRN-16-10 (wide_resnet(10)), global batch 32
+  tta        the CNN on the real Fashion-MNIST (the example's loader; Debian's
+             dataset-fashion-mnist) to --target test accuracy: the same seed and data order on
+             both frameworks, the test set evaluated every --eval-every steps; seconds and steps
   allreduce  hvd.allreduce(op=hvd.Sum) of 4 bytes (latency) and of 1, 16, 64 MiB (busbw)
   elastic    hvd.elastic.run over the CNN, a commit every step; prints one STEP line per step
   fail       allreduces of 1 MiB in a loop, a STEP line each, until the driver kills or stops a
@@ -16,11 +20,13 @@ horovodrun; lines starting with RESULT (rank 0) and STEP carry what the driver r
 
 import argparse
 import ast
+import gzip
 import json
 import os
 import sys
 import time
 
+import numpy as np
 import torch
 import torch.nn as nn
 
@@ -30,15 +36,23 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 EXAMPLE = os.path.join(HERE, "..", "..", "examples", "pytorch", "fashion_mnist.py")
 
 
-def small_cnn():
-    """The example's small_cnn, compiled from the example's own source (the example imports hora,
-    which Horovod's environment does not have, so the module itself is not imported)."""
+def from_example(*names):
+    """The example's top-level definitions `names` (with those they use), compiled from the
+    example's own source: the example imports hora, which Horovod's environment does not have,
+    so the module itself is not imported."""
     with open(EXAMPLE) as f:
         tree = ast.parse(f.read())
-    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "small_cnn")
-    scope = {"nn": nn}
-    exec(compile(ast.Module(body=[node], type_ignores=[]), EXAMPLE, "exec"), scope)
-    return scope["small_cnn"]()
+    wanted = ("read_idx", "load", "cbr", "ConvBlock", "wide_resnet", "small_cnn")
+    nodes = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in wanted]
+    scope = {"nn": nn, "torch": torch, "np": np, "gzip": gzip, "os": os}
+    exec(compile(ast.Module(body=nodes, type_ignores=[]), EXAMPLE, "exec"), scope)
+    return [scope[name] for name in names]
+
+
+def build(model):
+    """(the model, its global batch)"""
+    small_cnn, wide_resnet = from_example("small_cnn", "wide_resnet")
+    return (small_cnn(), 128) if model == "cnn" else (wide_resnet(10), 32)
 
 
 def result(**fields):
@@ -46,10 +60,10 @@ def result(**fields):
         print("RESULT " + json.dumps(fields), flush=True)
 
 
-def cnn(args):
+def throughput(args):
     torch.manual_seed(1)
-    model = small_cnn()
-    batch = 128 // hvd.size()
+    model, global_batch = build(args.workload)
+    batch = global_batch // hvd.size()
     opt = torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
@@ -68,8 +82,49 @@ def cnn(args):
     for _ in range(args.steps):
         step()
     elapsed = time.perf_counter() - start
-    result(workload="cnn", size=hvd.size(), images_per_sec=128 * args.steps / elapsed,
+    result(workload=args.workload, size=hvd.size(), images_per_sec=batch * hvd.size() * args.steps / elapsed,
            step_ms=1000 * elapsed / args.steps)
+
+
+def time_to_accuracy(args):
+    """Rank r trains on images r, r + n, ... of each global batch of 128 drawn in one seeded order;
+    the test set is split across the ranks and its accuracy summed with an allreduce."""
+    torch.manual_seed(1)
+    model, global_batch = build("cnn")
+    rank, size = hvd.rank(), hvd.size()
+    batch = global_batch // size
+    opt = torch.optim.SGD(model.parameters(), lr=0.01 * size, momentum=0.9)
+    opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    (load,) = from_example("load")
+    x_train, y_train, x_test, y_test = load(args.data_dir)
+    mean, std = x_train.float().mean() / 255, x_train.float().std() / 255
+    prepare = lambda x: ((x.float() / 255 - mean) / std).unsqueeze(1)
+    order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(7))
+    mine = slice(rank, len(x_test), size)
+    loss_fn = nn.CrossEntropyLoss()
+
+    def evaluate():
+        model.eval()
+        correct = 0.0
+        with torch.no_grad():
+            for x, y in zip(x_test[mine].split(64), y_test[mine].split(64)):
+                correct += (model(prepare(x)).argmax(1) == y).float().sum().item()
+        model.train()
+        stats = hvd.allreduce(torch.tensor([correct, float(len(y_test[mine]))]), op=hvd.Sum, name="eval")
+        return (stats[0] / stats[1]).item()
+
+    start, step, accuracy = time.perf_counter(), 0, 0.0
+    while accuracy < args.target and time.perf_counter() - start < args.cap:
+        for i in range(step, step + args.eval_every):
+            idx = order[(i * global_batch + rank * batch) % len(order):][:batch]
+            opt.zero_grad()
+            loss_fn(model(prepare(x_train[idx])), y_train[idx]).backward()
+            opt.step()
+        step += args.eval_every
+        accuracy = evaluate()
+    result(workload="tta", size=size, seconds=time.perf_counter() - start, steps=step, accuracy=accuracy,
+           reached=accuracy >= args.target)
 
 
 def allreduce(args):
@@ -97,7 +152,7 @@ def allreduce(args):
 
 def elastic(args):
     torch.manual_seed(1)
-    model = small_cnn()
+    model, _ = build("cnn")
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     opt = hvd.DistributedOptimizer(opt, named_parameters=model.named_parameters())
     x = torch.randn(32, 1, 28, 28)
@@ -139,15 +194,20 @@ def fail(args):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("workload", choices=["cnn", "allreduce", "elastic", "fail"])
+    p.add_argument("workload", choices=["cnn", "wrn", "tta", "allreduce", "elastic", "fail"])
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--lat-iters", type=int, default=500)
     p.add_argument("--mode", choices=["kill", "stop", "mismatch"], default="kill")
+    p.add_argument("--data-dir", default="/usr/share/datasets/fashion-mnist")
+    p.add_argument("--target", type=float, default=0.85)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--cap", type=float, default=600, help="tta: seconds before giving up")
     args = p.parse_args()
     torch.set_num_threads(1)
     hvd.init()
-    {"cnn": cnn, "allreduce": allreduce, "elastic": elastic, "fail": fail}[args.workload](args)
+    {"cnn": throughput, "wrn": throughput, "tta": time_to_accuracy, "allreduce": allreduce, "elastic": elastic,
+     "fail": fail}[args.workload](args)
 
 
 if __name__ == "__main__":

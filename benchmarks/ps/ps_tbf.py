@@ -6,7 +6,8 @@ without a straggler. Every configuration once per round, rounds repeated (interl
 
   ps_tbf.py run --ns NS... --ips IP... --ssh-key KEY --rate 1gbit --out FILE
                 [--workers 2 4] [--servers 1 2] [--stragglers 0 0.5] [--model cnn] [--repeat 3]
-                [--target 0.85 [--eval-every 50]]
+                [--modes allreduce ps-sync ps-async 'staleness 2' 'staleness 8' ['ps-async m0.5']]
+                [--target 0.85 [--eval-every 50] [--give-up 600]]
   ps_tbf.py table FILE... [--json ALL]
 
 Placement: worker r on host r (one rank per host), server k on host W + k (a host of its own,
@@ -34,19 +35,23 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks", "training"))
 import train_bench as tb  # noqa: E402  (the workers and the hang guard)
 
-# (label, mode, max_staleness)
-MODES = [("allreduce", "allreduce", -1), ("ps-sync", "ps-sync", -1), ("ps-async", "ps-async", -1),
-         ("staleness 2", "ps-async", 2), ("staleness 8", "ps-async", 8)]
+# (label, mode, max_staleness, the SGD's momentum). "ps-async m0.5": asynchrony adds momentum of its
+# own (stale gradients keep pushing the way the parameters went), and at 8 workers the servers'
+# momentum 0.9 made the CNN collapse (docs/parameter_servers.md).
+MODES = [("allreduce", "allreduce", -1, 0.9), ("ps-sync", "ps-sync", -1, 0.9), ("ps-async", "ps-async", -1, 0.9),
+         ("staleness 2", "ps-async", 2, 0.9), ("staleness 8", "ps-async", 8, 0.9),
+         ("ps-async m0.5", "ps-async", -1, 0.5)]
+DEFAULT_MODES = [m[0] for m in MODES[:5]]
 
 
 def configurations(args):
     for model in args.models:
         for workers in args.workers:
             for straggler in args.stragglers:
-                for label, mode, staleness in MODES:
+                for label, mode, staleness, momentum in (m for m in MODES if m[0] in args.modes):
                     for servers in ([0] if mode == "allreduce" else args.servers):
                         yield dict(model=model, workers=workers, servers=servers, straggler=straggler, label=label,
-                                   mode=mode, max_staleness=staleness)
+                                   mode=mode, max_staleness=staleness, momentum=momentum)
 
 
 def run_one(args, c, steps, warmup):
@@ -58,8 +63,8 @@ def run_one(args, c, steps, warmup):
     if s:
         cmd += ["--server-hosts", ",".join(f"{ip}:1" for ip in args.ips[w:w + s])]
     cmd += tb.worker_argv("hora", c["model"], args.width, steps, warmup, mode=c["mode"],
-                          max_staleness=c["max_staleness"], straggler=c["straggler"], target=args.target,
-                          eval_every=args.eval_every)
+                          max_staleness=c["max_staleness"], straggler=c["straggler"], momentum=c["momentum"],
+                          target=args.target, eval_every=args.eval_every, give_up=args.give_up)
     ranks = tb.run_job([(cmd, dict(os.environ))], w, args.timeout)
     for r in ranks:
         if r.get("local_size") != 1 or r.get("cross_size") != w:
@@ -89,13 +94,18 @@ def run(args):
                 json.dump({"args": vars(args), "samples": samples}, f, indent=1)
 
 
+def median_or_dash(ratios):
+    """The ratios' median, or "-" when allreduce was not run beside them."""
+    return f"{statistics.median(ratios):.2f}" if ratios else "-"
+
+
 def accuracy_table(groups, target):
-    """Seconds to the target accuracy per configuration; a run that did not reach it (the
-    worker's 600 s cap) shows its last accuracy and counts as 600 s."""
+    """Seconds to the target accuracy per configuration; a run that did not reach it (by
+    --give-up) shows its last accuracy and counts as the seconds it ran."""
     print(f"| link | model | workers | straggler | mode | servers | seconds to {target:.0%} (median) | runs: seconds "
           "/ steps | vs allreduce (time, median of per-round ratios) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    seconds = lambda r: r["seconds"] if r["reached"] else 600.0
+    seconds = lambda r: r["seconds"]
     for key, runs in groups.items():
         rate, model, workers, straggler, label, servers = key
         base = groups.get((rate, model, workers, straggler, "allreduce", 0))
@@ -103,12 +113,14 @@ def accuracy_table(groups, target):
         each = " / ".join(f"{r['seconds']:.1f} s / {r['trained_steps']}" +
                           ("" if r["reached"] else f" (only {r['accuracy']:.3f})") for r in runs)
         print(f"| {rate} | {model} | {workers} | {straggler:g} | {label} | {servers or '-'} | "
-              f"{statistics.median(seconds(r) for r in runs):.1f} | {each} | "
-              f"{statistics.median(ratios):.2f} |")
+              f"{statistics.median(seconds(r) for r in runs):.1f} | {each} | {median_or_dash(ratios)} |")
 
 
 def table(args):
     samples = [s for path in args.files for s in json.load(open(path))["samples"]]
+    if args.json:  # first: the files given may be removed when this ends (ps_tbf.sh's hosts)
+        with open(args.json, "w") as f:
+            json.dump({"samples": samples}, f, indent=1)
     groups = collections.defaultdict(list)
     for s in samples:
         groups[s["rate"], s["model"], s["workers"], s["straggler"], s["label"], s["servers"]].append(s)
@@ -121,9 +133,6 @@ def table(args):
         step_table(groups)
     loads = [s["loadavg"] for s in samples]
     print(f"\n{len(samples)} runs; load average (1 min) at their starts: {min(loads):.1f}-{max(loads):.1f}.")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"samples": samples}, f, indent=1)
 
 
 def step_table(groups):
@@ -140,7 +149,7 @@ def step_table(groups):
         each = " / ".join(f"{r['images_per_sec']:.1f}" for r in runs)
         print(f"| {rate} | {model} | {workers} | {straggler:g} | {label} | {servers or '-'} | "
               f"{med(runs, 'images_per_sec'):.1f} | {each} | "
-              f"{statistics.median(ratios):.2f} | {med(runs, 'step_ms'):.1f} | {med(runs, 'slowest_step_ms'):.1f} |")
+              f"{median_or_dash(ratios)} | {med(runs, 'step_ms'):.1f} | {med(runs, 'slowest_step_ms'):.1f} |")
 
 
 def main():
@@ -158,11 +167,14 @@ def main():
     r.add_argument("--workers", nargs="+", type=int, default=[2, 4])
     r.add_argument("--servers", nargs="+", type=int, default=[1, 2])
     r.add_argument("--stragglers", nargs="+", type=float, default=[0.0, 0.5])
+    r.add_argument("--modes", nargs="+", default=DEFAULT_MODES, choices=[m[0] for m in MODES],
+                   metavar="MODE", help="of: " + ", ".join(repr(m[0]) for m in MODES))
     r.add_argument("--steps", type=int, default=0, help="timed steps (default: CNN 60, WRN 6)")
     r.add_argument("--warmup", type=int, default=0, help="warm-up steps (default: CNN 10, WRN 2)")
     r.add_argument("--timeout", type=int, default=1800)
     r.add_argument("--target", type=float, default=0.0, help="time to this test accuracy (real data) instead")
     r.add_argument("--eval-every", type=int, default=50, help="with --target: steps between evaluations")
+    r.add_argument("--give-up", type=float, default=600, help="with --target: seconds before a run stops trying")
     t = sub.add_parser("table")
     t.add_argument("files", nargs="+")
     t.add_argument("--json", default="")
