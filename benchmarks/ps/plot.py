@@ -4,9 +4,9 @@
     python benchmarks/ps/plot.py OUT.png --steps STEP_TIME.json... --accuracy TIME_TO_ACC.json...
 
 Left: each mode's images/s over allreduce's (median of the per-round ratios) for every link,
-number of workers and servers in the step-time files (no straggler). Right: test accuracy
-against time for each mode, the median run of each (no straggler), from the time-to-accuracy
-files."""
+number of workers and servers in the step-time files (no straggler). Then a panel per
+time-to-accuracy file: test accuracy against time for each mode, the median run of each (no
+straggler)."""
 
 import argparse
 import collections
@@ -66,20 +66,30 @@ def plot_accuracy(ax, runs):
     groups = collections.defaultdict(list)
     for s in runs:
         groups[s["workers"], s["servers"], s["label"]].append(s)
+    reached_by = []  # seconds of the median runs that reached the target
     for (workers, n, label), group in sorted(groups.items(), key=lambda kv: list(COLORS).index(kv[0][2])):
         median = sorted(group, key=lambda s: s["seconds"])[len(group) // 2]
         seconds = [0.0] + [h[2] for h in median["history"]]
         accuracy = [0.1] + [h[1] for h in median["history"]]
+        outcome = f"{median['seconds']:.0f} s" if median["reached"] else \
+            f"not reached: {median['accuracy']:.2f} at {median['seconds']:.0f} s"
+        if median["reached"]:
+            reached_by.append(median["seconds"])
         ax.plot(seconds, accuracy, color=COLORS[label], marker=".",
-                label=f"{label}{f', {n} server' + ('s' if n > 1 else '') if n else ''} ({median['seconds']:.0f} s)")
+                label=f"{label}{f', {n} server' + ('s' if n > 1 else '') if n else ''} ({outcome})")
         target = median["target"]
     ax.axhline(target, color="grey", linestyle=":", linewidth=0.8)
+    if len(reached_by) < len(groups):  # a run that never got there: show the others' span, from 0
+        ax.set_xlim(0, 1.5 * max(reached_by, default=600))
+        ax.set_ylim(0.0, 0.9)
+    else:
+        ax.set_ylim(0.5, 0.9)
     rates = sorted({s["rate"] for s in runs})
     workers = sorted({s["workers"] for s in runs})
+    rates = [r.replace("gbit", " Gbit/s") for r in rates]
     ax.set_title(f"time to {target:.0%}: {', '.join(map(str, workers))} workers, {', '.join(rates)} (median run)")
     ax.set_xlabel("seconds")
     ax.set_ylabel("test accuracy")
-    ax.set_ylim(0.5, 0.9)
     ax.legend(fontsize=7, loc="lower right")
 
 
@@ -89,9 +99,10 @@ def main():
     ap.add_argument("--steps", nargs="+", required=True)
     ap.add_argument("--accuracy", nargs="+", required=True)
     args = ap.parse_args()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.2))
-    plot_step_ratios(left, samples(args.steps))
-    plot_accuracy(right, samples(args.accuracy))
+    fig, axes = plt.subplots(1, 1 + len(args.accuracy), figsize=(6 * (1 + len(args.accuracy)), 4.2))
+    plot_step_ratios(axes[0], samples(args.steps))
+    for ax, path in zip(axes[1:], args.accuracy):  # a panel per file
+        plot_accuracy(ax, samples([path]))
     fig.tight_layout()
     fig.savefig(args.out, dpi=110)
 

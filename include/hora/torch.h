@@ -43,7 +43,8 @@ namespace hora::torch {
 // Idempotent.
 void init();
 // Leaves the job after agreeing with the other ranks; pending collectives fail with
-// ShutdownError. init() may be called again afterwards.
+// ShutdownError. init() may be called again afterwards. A program that returns from main or
+// calls exit() without it leaves the same way, from an atexit handler init() registered.
 void shutdown();
 bool is_initialized();
 
