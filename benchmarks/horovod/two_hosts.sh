@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # hora and Horovod 0.28.1 side by side across 2 namespace hosts (tests/integration/netns_hosts.sh)
 # whose links tbf caps: workloads.py's allreduce (4-byte latency, busbw at 1, 16, 64 MiB) and cnn
-# (images/s), with --workload wrn its WRN-16-10 (images/s over 8 steps), keras-cnn and keras-wrn
-# keras_bench.py's model.fit through horovod.tensorflow.keras (images/s), and with --workload
+# (images/s), with --workload wrn its WRN-16-10 (images/s over 8 steps), tta its CNN to 85% test
+# accuracy (seconds), keras-cnn and keras-wrn keras_bench.py's model.fit through
+# horovod.tensorflow.keras (images/s), and with --workload
 # synthetic Horovod's pytorch_synthetic_benchmark.py (resnet18, batch 32; its v0.28.1 file given
 # by --synthetic-script, since Horovod's sdist has no examples),
 # one rank per host, the two frameworks taking turns in every round; then a cut link:
@@ -16,7 +17,7 @@
 #
 # usage: benchmarks/horovod/two_hosts.sh [--rate R]... [--repeat N] [--cap S] [--horovod-dir DIR]
 #            [--out FILE] [--cuts-only | --no-cuts] [--synthetic-script FILE]
-#            [--workload allreduce|cnn|wrn|keras-cnn|keras-wrn|synthetic]...
+#            [--workload allreduce|cnn|wrn|tta|keras-cnn|keras-wrn|synthetic]...
 #   (as root; --rate default 1gbit 10gbit, --repeat 3, Horovod from setup_horovod.sh's DIR,
 #   default ~/.cache/hora-bench). Every run's RESULT goes to FILE (JSON lines), the cut links to
 #   FILE's name with .cuts.jsonl, then the tables.
