@@ -105,15 +105,14 @@ def accuracy_table(groups, target):
     print(f"| link | model | workers | straggler | mode | servers | seconds to {target:.0%} (median) | runs: seconds "
           "/ steps | vs allreduce (time, median of per-round ratios) |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
-    seconds = lambda r: r["seconds"]
     for key, runs in groups.items():
         rate, model, workers, straggler, label, servers = key
         base = groups.get((rate, model, workers, straggler, "allreduce", 0))
-        ratios = [seconds(r) / seconds(b) for r in runs for b in base or [] if b["round"] == r["round"]]
+        ratios = [r["seconds"] / b["seconds"] for r in runs for b in base or [] if b["round"] == r["round"]]
         each = " / ".join(f"{r['seconds']:.1f} s / {r['trained_steps']}" +
                           ("" if r["reached"] else f" (only {r['accuracy']:.3f})") for r in runs)
         print(f"| {rate} | {model} | {workers} | {straggler:g} | {label} | {servers or '-'} | "
-              f"{statistics.median(seconds(r) for r in runs):.1f} | {each} | {median_or_dash(ratios)} |")
+              f"{statistics.median(r['seconds'] for r in runs):.1f} | {each} | {median_or_dash(ratios)} |")
 
 
 def table(args):
