@@ -16,7 +16,26 @@ run() {  # run NAME COMMAND...: records a failure instead of stopping, so every 
 }
 
 jobs=$(nproc)
-run "release tests" ctest --test-dir build/release --output-on-failure --no-tests=error -j "$jobs" --timeout 900
+flaky=() failed_tests=()
+ctest_suite() {  # ctest_suite DIR ARGS...: a test that fails is run once more. A test that fails
+  # twice fails the suite; one that passes on its second run is listed at the end as flaky, so
+  # that a timing-sensitive test is seen without costing a whole run. Failures are named at the
+  # end too, where a truncated log still shows them.
+  local dir=$1; shift
+  local log="$dir/ctest-output.log" code=0
+  ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" --timeout 900 \
+    --repeat until-pass:2 "$@" 2>&1 | tee "$log" || code=$?
+  local name
+  while read -r name; do
+    if grep -qE "Test +#[0-9]+: $name .*Passed" "$log"; then flaky+=("$name ($dir)"); fi
+  done < <(grep -oE "Test +#[0-9]+: [^ ]+ .*\*\*\*(Failed|Timeout|Exception)" "$log" \
+             | sed -E 's/Test +#[0-9]+: ([^ ]+) .*/\1/' | sort -u)
+  if [ $code != 0 ]; then
+    mapfile -t -O "${#failed_tests[@]}" failed_tests < <(sed -n '/The following tests FAILED/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ')
+  fi
+  return $code
+}
+run "release tests" ctest_suite build/release
 # The engine's locking as annotated (HORA_GUARDED_BY, ...), checked by clang: seconds.
 run "thread-safety annotations" scripts/check_thread_safety.sh
 run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python \
@@ -32,6 +51,9 @@ skippable() {  # a test that exits 77 when the machine cannot run it
   "$@"
   local code=$?
   if [ $code = 77 ]; then echo "(skipped)"; return 0; fi
+  if [ $code != 0 ]; then
+    mapfile -t -O "${#failed_tests[@]}" failed_tests < <(sed -n '/The following tests FAILED/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ')
+  fi
   return $code
 }
 run "spark and ray across namespace hosts" skippable timeout 600 tests/integration/spark_ray_multihost_test.sh
@@ -70,8 +92,7 @@ sanitized() {  # sanitized DIR SANITIZERS [EXCLUDED]
   [ "${PIPESTATUS[0]}" = 0 ] || return 1
   # The 16 Mi-element cases take minutes under the sanitizers; every other case runs, but those
   # that match $3 (a ctest regex).
-  HORA_TEST_LARGE=0 ctest --test-dir "$dir" --output-on-failure --no-tests=error -j "$jobs" --timeout 900 -L unit \
-    ${3:+-E "$3"}
+  HORA_TEST_LARGE=0 ctest_suite "$dir" -L unit ${3:+-E "$3"}
 }
 if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -81,7 +102,12 @@ if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
   run "store request fuzzer (60 s)" tests/fuzz/run_fuzzer.sh build/fuzz 60
 fi
 
+if ((${#flaky[@]})); then
+  echo "FLAKY (failed once, passed when run again):"
+  printf '  %s\n' "${flaky[@]}"
+fi
 if ((${#failed[@]})); then
+  if ((${#failed_tests[@]})); then echo "tests that failed twice:"; printf '%s\n' "${failed_tests[@]}"; fi
   echo "FAILED: ${failed[*]}"
   exit 1
 fi
