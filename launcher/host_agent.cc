@@ -4,6 +4,7 @@
 #include <poll.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "common/deadline.h"
 #include "common/knobs.h"
 #include "hora/errors.h"
+#include "launcher/ps_servers.h"
 #include "launcher/worker_set.h"
 #include "rendezvous/tcp_store.h"
 
@@ -109,7 +111,18 @@ int runHostAgent(int plan_timeout_ms) {
     const ssize_t n = ::read(control, buf, sizeof(buf));
     return n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN) ? "horarun closed the connection" : "";
   };
-  const JobResult result = workers.wait(launcher_gone);
+  // A worker of an asynchronous parameter server job may die while the others go on
+  // (ps_servers.h); a server's agent runs no workers.
+  std::vector<int> ranks;
+  const bool runs_server = std::find(plan.command.begin(), plan.command.end(), kPsServerFlag) != plan.command.end();
+  for (const auto& r : plan.ranks)
+    if (!runs_server) ranks.push_back(r.rank);
+  const auto& env = plan.ranks.front().env;
+  AsyncWorkerTolerance tolerate(ranks, [&env] {
+    return storeSaysAsync(env.at("HORA_RENDEZVOUS_ADDR"), std::stoi(env.at("HORA_RENDEZVOUS_PORT")),
+                          env.at("HORA_SECRET"));
+  });
+  const JobResult result = workers.wait(launcher_gone, tolerate);
   if (result.exit_code != 0) report(plan, result.reason);
   return result.exit_code;
 }

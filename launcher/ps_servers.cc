@@ -1,6 +1,23 @@
 #include "launcher/ps_servers.h"
 
+#include <chrono>
+#include <exception>
+
+#include "common/deadline.h"
+#include "ps/server.h"
+#include "rendezvous/tcp_store.h"
+
 namespace hora::launcher {
+
+bool storeSaysAsync(const std::string& host, int port, const std::string& secret) {
+  try {
+    const auto soon = common::Deadline::after(std::chrono::seconds(2));
+    rendezvous::TcpStore store(host, port, secret, soon);
+    return store.tryGet(ps::kAsyncJobKey, soon).has_value();
+  } catch (const std::exception&) {
+    return false;
+  }
+}
 
 std::string stopServersWhenRanksEnd(WorkerSet& workers, int np, int servers, bool& stopped) {
   if (stopped || servers == 0) return "";

@@ -20,6 +20,9 @@ namespace hora::launcher {
 // HORA_PS_START_TIMEOUT_SECONDS. Called from WorkerSet::wait's check; returns "" (no failure).
 std::string stopServersWhenRanksEnd(WorkerSet& workers, int np, int servers, bool& stopped);
 
+// Whether the job's store (at host:port) has ps::kAsyncJobKey; false when it cannot be reached.
+bool storeSaysAsync(const std::string& host, int port, const std::string& secret);
+
 // A failed server is reported as "rank <np+k> ..." by the WorkerSet: name it as a server.
 void nameFailedServer(JobResult& result, int np);
 

@@ -78,4 +78,16 @@ std::vector<Worker> serverWorkers(int np, const std::vector<std::string>& hosts,
   return servers;
 }
 
+std::string AsyncWorkerTolerance::operator()(const std::vector<int>& ranks) {
+  for (int r : ranks)
+    if (!workers_.count(r)) return "";
+  failed_.insert(ranks.begin(), ranks.end());
+  if (failed_.size() >= workers_.size()) return "";  // no worker left to go on
+  if (!async_) async_ = job_is_async_();
+  if (!async_) return "";
+  const size_t left = workers_.size() - failed_.size();
+  return "the job trains asynchronously through its parameter servers, so its other " + std::to_string(left) +
+         " worker(s) go on without " + (ranks.size() > 1 ? "them" : "it");
+}
+
 }  // namespace hora::launcher

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,5 +32,25 @@ std::vector<Worker> serverWorkers(int np, const std::vector<std::string>& hosts,
                                   const std::vector<Placement>& ranks,
                                   const std::function<bool(const std::string&)>& is_local,
                                   const std::string& horarun, const Env& store);
+
+// In ps-async mode the servers go on without a worker that died (they drop it from the staleness
+// gate), and so does the job: WorkerSet::wait's `tolerate`, which lets a failed worker go while
+// the job is asynchronous and some other worker has not failed. Anything else (a server, a
+// ps-sync or allreduce job, a worker dead before its optimizer registered, the last worker)
+// stops the job as before.
+class AsyncWorkerTolerance {
+ public:
+  // `workers`: the ranks that are workers (horarun: 0..np-1; a host agent: its ranks, or none
+  // when it runs a server). `job_is_async` is asked at a failure, until it says yes.
+  AsyncWorkerTolerance(std::vector<int> workers, std::function<bool()> job_is_async)
+      : workers_(workers.begin(), workers.end()), job_is_async_(std::move(job_is_async)) {}
+  // Why the job goes on without `ranks` (a worker, or a host agent's), or "".
+  std::string operator()(const std::vector<int>& ranks);
+
+ private:
+  std::set<int> workers_, failed_;
+  std::function<bool()> job_is_async_;
+  bool async_ = false;
+};
 
 }  // namespace hora::launcher

@@ -4,6 +4,7 @@
 #include <functional>
 #include <iostream>
 #include <memory>
+#include <numeric>
 #include <set>
 #include <vector>
 
@@ -108,10 +109,16 @@ int runStaticJob(const JobFlags& f, const JobPlan& plan, const Env& env) {
   startServers(f, plan, env, start, store.port(), secret, workers);
   const int servers = static_cast<int>(plan.server_hosts.size());
   bool servers_stopped = false;
-  auto result = workers.wait([&] {
-    std::string why = watch();
-    return why.empty() ? stopServersWhenRanksEnd(workers, f.np, servers, servers_stopped) : why;
-  });
+  std::vector<int> ranks(static_cast<size_t>(f.np));
+  std::iota(ranks.begin(), ranks.end(), 0);
+  AsyncWorkerTolerance tolerate(servers > 0 ? ranks : std::vector<int>{},
+                                [&] { return storeSaysAsync(plan.store_host, store.port(), secret); });
+  auto result = workers.wait(
+      [&] {
+        std::string why = watch();
+        return why.empty() ? stopServersWhenRanksEnd(workers, f.np, servers, servers_stopped) : why;
+      },
+      tolerate);
   // A host agent that failed left the rank and the reason in the store.
   if (result.exit_code != 0 && !result.failed_host.empty()) {
     try {
@@ -126,7 +133,14 @@ int runStaticJob(const JobFlags& f, const JobPlan& plan, const Env& env) {
     std::cerr << "horarun: " << result.reason << "; the other ranks were stopped\n";
     return result.exit_code;
   }
-  if (f.verbose) std::cerr << "horarun: all " << f.np << " ranks finished\n";
+  if (!result.tolerated.empty()) {
+    std::cerr << "horarun: " << f.np - static_cast<int>(result.tolerated.size()) << " of " << f.np
+              << " workers finished; the job went on without:";
+    for (const auto& why : result.tolerated) std::cerr << "\n  " << why;
+    std::cerr << "\n";
+  } else if (f.verbose) {
+    std::cerr << "horarun: all " << f.np << " ranks finished\n";
+  }
   return 0;
 }
 

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstring>
+#include <iostream>
 #include <optional>
 #include <stdexcept>
 
@@ -198,7 +199,8 @@ void WorkerSet::stop(int rank) {
   }
 }
 
-JobResult WorkerSet::wait(const std::function<std::string()>& check) {
+JobResult WorkerSet::wait(const std::function<std::string()>& check,
+                          const std::function<std::string(const std::vector<int>& ranks)>& tolerate) {
   JobResult result;
   bool interrupted = false;
   std::optional<std::chrono::steady_clock::time_point> kill_at;
@@ -246,6 +248,14 @@ JobResult WorkerSet::wait(const std::function<std::string()>& check) {
     // not a failure: the job's code stays 128 + the signal.
     const bool stopped = kill_at_.erase(pid) > 0;
     const bool failed = !stopped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    if (failed && result.failed_rank < 0 && !interrupted && tolerate) {
+      if (const std::string why = tolerate(agent_ranks.empty() ? std::vector<int>{rank} : agent_ranks); !why.empty()) {
+        result.tolerated.push_back(describeStatus(rank, agent_ranks, host, status));
+        output_.drain(std::chrono::milliseconds(100));  // its last words before the note
+        std::cerr << "horarun: " << result.tolerated.back() << "; " << why << "\n";
+        continue;
+      }
+    }
     if (failed && result.failed_rank < 0 && !interrupted) {
       result.failed_rank = rank;
       result.exit_code = exitCodeOf(status);

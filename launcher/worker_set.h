@@ -40,6 +40,7 @@ struct JobResult {
   int failed_rank = -1;  // a host agent's first rank when the agent failed
   std::string failed_host;  // set when a host agent failed: its report has the failed rank
   std::string reason;  // "rank 2 on host a exited with code 3", "rank 1 on host a was killed by signal 9 (Killed)"
+  std::vector<std::string> tolerated;  // failures the job went on without (wait's `tolerate`)
 };
 
 class WorkerSet {
@@ -52,8 +53,11 @@ class WorkerSet {
   // worker exit with code 127 and a message naming the command.
   void start(const WorkerSpec& spec);
   // `check` runs about every 50 ms; a non-empty answer fails the job with that reason (exit
-  // code 1), as a failed worker would.
-  JobResult wait(const std::function<std::string()>& check = {});
+  // code 1), as a failed worker would. `tolerate` is asked about a failed worker (its rank, or
+  // a host agent's ranks) before the job is failed: a non-empty answer, printed after the
+  // failure's reason, lets the others go on (an asynchronous parameter server job's workers).
+  JobResult wait(const std::function<std::string()>& check = {},
+                 const std::function<std::string(const std::vector<int>& ranks)>& tolerate = {});
   bool isRunning(int rank) const;
 
   // For an elastic job, whose workers come and go without ending it (elastic_driver.h): `rank`

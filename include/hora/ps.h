@@ -4,8 +4,8 @@
 // step, pushes its gradients and pulls what the servers answer:
 //   - kSync: the sum (or the mean) of every worker's gradients of this step, as an allreduce;
 //   - kAsync: the servers' parameters after applying this worker's gradients with the SGD they
-//     hold (lr, momentum from the options); with max_staleness = s the answer waits until no
-//     live worker is more than s steps behind this one.
+//     hold (lr and momentum from the options, or as setSgd changed them); with max_staleness = s
+//     the answer waits until no live worker is more than s steps behind this one.
 // Tensors are float32, registered once (their element counts, in the same order on every
 // worker); each server holds a shard of them (src/ps/sharding.h).
 //
@@ -32,8 +32,11 @@ struct PsOptions {
   PsMode mode = PsMode::kSync;
   bool average = true;          // kSync: the mean rather than the sum
   int64_t max_staleness = -1;   // kAsync: -1 = unbounded
-  double lr = 0.0;              // kAsync: the servers' SGD
+  double lr = 0.0;              // kAsync: the servers' SGD (setSgd changes them between steps)
   double momentum = 0.0;
+  // kAsync: Keras' form of SGD with momentum, v = m v - lr g; p += v, instead of torch's,
+  // v = m v + g; p -= lr v (the same while lr is constant).
+  bool keras_sgd = false;
 };
 
 // Where the job's servers are: horarun sets these through the environment (fromEnvironment).
@@ -73,6 +76,10 @@ class HORA_API ParameterServerClient {
   // Pushes `gradients` (one pointer per tensor, read) and writes the answer into `outputs` (kSync:
   // the reduced gradients, which may be `gradients` themselves; kAsync: the parameters).
   PsStep step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs);
+  // kAsync: the learning rate and momentum the servers apply this worker's next pushes with
+  // (options.lr and momentum until called): for a schedule, a warm-up or a callback that changes
+  // them between steps. Ignored in kSync.
+  void setSgd(double lr, double momentum);
 
   // Says goodbye to every server; later calls fail with ShutdownError. Idempotent.
   void close();

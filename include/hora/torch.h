@@ -157,7 +157,7 @@ enum class Compression {
 //   kPsSync:  the servers sum every worker's gradients; each worker gets the mean (kAverage) or
 //             the sum (kSum) in .grad(), allreduce's result, and the wrapped optimizer steps.
 //   kPsAsync: the servers apply each worker's gradients at once with SGD (the wrapped
-//             torch::optim::SGD's lr and momentum, read once) and the worker takes their
+//             torch::optim::SGD's lr and momentum at each step) and the worker takes their
 //             parameters; the wrapped optimizer's own step does not run.
 enum class Exchange { kAllreduce, kPsSync, kPsAsync };
 
@@ -239,8 +239,6 @@ class DistributedOptimizer {
   bool synchronized_ = false;
   std::unique_ptr<ParameterServerClient> servers_;  // the ps modes only
   PsStep ps_step_;
-  double server_lr_ = 0.0;  // kPsAsync: the lr the servers run with
-  bool warned_lr_ = false;
 };
 
 }  // namespace hora::torch

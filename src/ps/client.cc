@@ -119,6 +119,8 @@ struct ParameterServerClient::Impl {
         h.kind = MessageKind::kPush;
         h.worker = static_cast<uint32_t>(job.worker);
         h.step = next;
+        h.lr = static_cast<float>(options.lr);
+        h.momentum = static_cast<float>(options.momentum);
         h.bytes = buffers[k].size() * sizeof(float);
         channels[k]->send(h, buffers[k].data(), deadline);
         done[k].reply = receiveReply(k, false, deadline);
@@ -199,6 +201,7 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
   r.max_staleness = options.mode == PsMode::kAsync ? options.max_staleness : -1;
   r.lr = options.lr;
   r.momentum = options.momentum;
+  r.keras_sgd = options.keras_sgd ? 1 : 0;
   r.average = options.average ? 1 : 0;
   r.layout_hash = ps::layoutHash(tensor_elements);
   s.guarded([&] {
@@ -233,6 +236,11 @@ ParameterServerClient::ParameterServerClient(ParameterServerClient&&) noexcept =
 ParameterServerClient& ParameterServerClient::operator=(ParameterServerClient&&) noexcept = default;
 
 int ParameterServerClient::servers() const { return static_cast<int>(impl_->channels.size()); }
+
+void ParameterServerClient::setSgd(double lr, double momentum) {
+  impl_->options.lr = lr;
+  impl_->options.momentum = momentum;
+}
 
 PsStep ParameterServerClient::step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs) {
   Impl& s = *impl_;

@@ -27,6 +27,7 @@ std::string registrationDifference(const Registration& a, const Registration& b)
   if (a.max_staleness != b.max_staleness) return differs("max_staleness", a.max_staleness, b.max_staleness);
   if (a.lr != b.lr) return differs("lr", a.lr, b.lr);
   if (a.momentum != b.momentum) return differs("momentum", a.momentum, b.momentum);
+  if (a.keras_sgd != b.keras_sgd) return differs("keras_sgd", a.keras_sgd, b.keras_sgd);
   return "";
 }
 

@@ -26,13 +26,15 @@ struct MessageHeader {
   uint8_t error_kind = 0;  // kError: a hora::ErrorKind
   uint16_t reserved = 0;
   uint32_t worker = 0;
-  uint32_t reserved2 = 0;
+  float lr = 0;          // push, async: the learning rate the server's SGD applies it with
   uint64_t step = 0;     // push: the worker's step (1, 2, ...); reply: the worker's applied steps
   uint64_t slowest = 0;  // reply: the fewest steps any live worker has had applied
   uint64_t bytes = 0;    // payload
   uint64_t version = 0;  // reply: pushes this server has applied in all (async), or rounds (sync)
+  float momentum = 0;    // push, async: the momentum it is applied with
+  uint32_t reserved2 = 0;
 };
-static_assert(sizeof(MessageHeader) == 48);
+static_assert(sizeof(MessageHeader) == 56);
 
 enum class Mode : uint32_t { kSync = 1, kAsync = 2 };
 
@@ -42,10 +44,12 @@ struct Registration {
   Mode mode = Mode::kSync;
   uint32_t workers = 0;
   int64_t max_staleness = -1;  // async only; -1: unbounded
-  double lr = 0;               // async only: the server's SGD
-  double momentum = 0;
+  double lr = 0;               // async only: the server's SGD, as the worker's optimizer was made
+  double momentum = 0;         // (each push then carries its own: a schedule's changes)
   uint32_t average = 0;  // sync: 1 = reply with the mean, 0 = the sum
-  uint32_t reserved = 0;
+  // async: 1 = Keras' SGD, v = m v - lr g; p += v. 0 = torch's, v = m v + g; p -= lr v. The same
+  // parameters while lr is constant; a schedule makes them differ.
+  uint32_t keras_sgd = 0;
   uint64_t shard_elements = 0;
   uint64_t layout_hash = 0;
 };

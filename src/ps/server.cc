@@ -154,6 +154,7 @@ bool Server::serve(Channel& channel, int worker, uint64_t& step, std::vector<flo
         std::memcpy(initial.data(), payload.data() + sizeof(r), initial.size() * sizeof(float));
       try {
         const std::vector<float> parameters = state_.registerWorker(worker, r, std::move(initial), deadline);
+        if (state_.async()) announceAsync();
         sendReply(channel, worker, {parameters, 0, 0, 0}, deadline);
       } catch (const Error& e) {
         sendError(channel, worker, e, deadline);
@@ -166,7 +167,8 @@ bool Server::serve(Channel& channel, int worker, uint64_t& step, std::vector<flo
       gradient.resize(h.bytes / sizeof(float));
       channel.receivePayload(gradient.data(), h.bytes, deadline);
       try {
-        sendReply(channel, worker, state_.push(worker, h.step, gradient.data(), deadline), deadline);
+        sendReply(channel, worker, state_.push(worker, h.step, gradient.data(), {h.lr, h.momentum}, deadline),
+                  deadline);
         step = h.step;
       } catch (const Error& e) {
         sendError(channel, worker, e, deadline);
@@ -180,6 +182,20 @@ bool Server::serve(Channel& channel, int worker, uint64_t& step, std::vector<flo
       channel.fail(MismatchError(std::string("sent a ") + toString(h.kind) + " message to a server"));
   }
   return false;
+}
+
+void Server::announceAsync() {
+  std::call_once(async_announced_, [this] {
+    try {
+      const auto deadline = common::Deadline::after(std::chrono::seconds(2));
+      rendezvous::TcpStore store(options_.rendezvous.address, options_.rendezvous.port, options_.rendezvous.secret,
+                                 deadline);
+      store.set(options_.rendezvous.prefix + kAsyncJobKey, "1", deadline);
+    } catch (const Error& e) {
+      HORA_LOG(warn, "{}: cannot tell horarun that the job is asynchronous ({}): a worker's death will stop it",
+               name_, e.what());
+    }
+  });
 }
 
 int runServerFromEnvironment() {

@@ -25,6 +25,10 @@
 
 namespace hora::ps {
 
+// Set in the job's store (under its prefix) once a worker registered in ps-async mode: horarun
+// then lets the job go on when a worker dies (launcher/ps_servers.h), as the servers do.
+inline constexpr const char* kAsyncJobKey = "ps/async";
+
 struct ServerOptions {
   int index = 0;    // this server's number, 0 .. servers-1
   int workers = 1;
@@ -56,6 +60,8 @@ class Server {
   // One request of `worker`; false when the session should end.
   // `gradient`: the session's buffer for the pushes.
   bool serve(class Channel& channel, int worker, uint64_t& step, std::vector<float>& gradient);
+  // Sets kAsyncJobKey once; a store that does not answer only costs the job its tolerance.
+  void announceAsync();
 
   const ServerOptions options_;
   const std::string name_;
@@ -63,6 +69,7 @@ class Server {
   common::Fd wake_;  // eventfd: readable once stop() was called
   std::atomic<bool> stopping_{false};
   std::atomic<int> failed_sessions_{0};
+  std::once_flag async_announced_;  // kAsyncJobKey set
   std::vector<std::thread> sessions_;
 };
 

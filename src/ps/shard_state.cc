@@ -63,7 +63,8 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
   return params_;
 }
 
-ReplyData ShardState::push(int worker, uint64_t step, const float* gradient, const common::Deadline& deadline) {
+ReplyData ShardState::push(int worker, uint64_t step, const float* gradient, const SgdStep& sgd,
+                           const common::Deadline& deadline) {
   std::unique_lock lock(mutex_);
   if (!config_) throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed before registering");
   checkFailed();
@@ -71,7 +72,7 @@ ReplyData ShardState::push(int worker, uint64_t step, const float* gradient, con
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
                         " after step " + std::to_string(steps_[static_cast<size_t>(worker)]));
   return config_->mode == Mode::kSync ? pushSync(lock, worker, step, gradient, deadline)
-                                      : pushAsync(lock, worker, step, gradient, deadline);
+                                      : pushAsync(lock, worker, step, gradient, sgd, deadline);
 }
 
 ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
@@ -106,12 +107,18 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
 }
 
 ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
-                                const common::Deadline& deadline) {
-  const auto lr = static_cast<float>(config_->lr);
-  const auto m = static_cast<float>(config_->momentum);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    velocity_[i] = m * velocity_[i] + g[i];
-    params_[i] -= lr * velocity_[i];
+                                const SgdStep& sgd, const common::Deadline& deadline) {
+  const float lr = sgd.lr, m = sgd.momentum;
+  if (config_->keras_sgd) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      velocity_[i] = m * velocity_[i] - lr * g[i];
+      params_[i] += velocity_[i];
+    }
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      velocity_[i] = m * velocity_[i] + g[i];
+      params_[i] -= lr * velocity_[i];
+    }
   }
   steps_[static_cast<size_t>(worker)] = step;
   const uint64_t version = ++applied_;

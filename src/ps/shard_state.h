@@ -8,7 +8,7 @@
 // push of step t+1 only after sending the reply of step t, so one result buffer is enough and
 // nothing is copied.
 // Async mode: a push is applied at once (SGD with momentum, as torch.optim.SGD: v = m v + g,
-// p -= lr v); with max_staleness = s the reply then waits until every live worker has had at
+// p -= lr v, or as Keras' SGD: v = m v - lr g, p += v; lr and m those the push carries); with max_staleness = s the reply then waits until every live worker has had at
 // least (this worker's steps - s) applied (stale synchronous parallel). Workers that left (bye)
 // or died no longer hold anyone back.
 //
@@ -40,6 +40,13 @@ struct ReplyData {
   uint64_t version = 0;  // async: this push's place in the order the server applied pushes
 };
 
+// What a push is applied with in async mode: the worker's optimizer's values at that step, so
+// that a learning-rate schedule or warm-up reaches the servers.
+struct SgdStep {
+  float lr = 0;
+  float momentum = 0;
+};
+
 class ShardState {
  public:
   // `name`: how messages name this server ("parameter server 1").
@@ -50,8 +57,10 @@ class ShardState {
   // every registration waits for it; returns the parameters (sync: nothing).
   std::vector<float> registerWorker(int worker, const Registration& r, std::vector<float> initial,
                                     const common::Deadline& deadline);
-  // Step `step` (1, 2, ...) of `worker`: its gradient shard in, the reply out.
-  ReplyData push(int worker, uint64_t step, const float* gradient, const common::Deadline& deadline);
+  // Step `step` (1, 2, ...) of `worker`: its gradient shard in, the reply out. Async: applied with
+  // `sgd`, the worker's learning rate and momentum at this step.
+  ReplyData push(int worker, uint64_t step, const float* gradient, const SgdStep& sgd,
+                 const common::Deadline& deadline);
   // The worker said goodbye (died = false) or its connection broke (died = true, `why`).
   void leave(int worker, bool died, const std::string& why);
 
@@ -64,7 +73,7 @@ class ShardState {
   ReplyData pushSync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
                      const common::Deadline& deadline);
   ReplyData pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
-                      const common::Deadline& deadline);
+                      const SgdStep& sgd, const common::Deadline& deadline);
   uint64_t slowestLive() const;             // mutex_ held
   std::string workersBehind(uint64_t step) const;  // mutex_ held: "worker 2 (step 4)"
   void checkFailed() const;                 // mutex_ held: rethrows failure_

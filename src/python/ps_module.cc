@@ -22,7 +22,8 @@ std::vector<T*> pointers(const std::vector<uintptr_t>& addresses) {
   return out;
 }
 
-hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, double lr, double momentum) {
+hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, double lr, double momentum,
+                          bool keras_sgd) {
   hora::PsOptions o;
   if (mode == "ps-sync") {
     o.mode = hora::PsMode::kSync;
@@ -35,6 +36,7 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
   o.max_staleness = max_staleness;
   o.lr = lr;
   o.momentum = momentum;
+  o.keras_sgd = keras_sgd;
   return o;
 }
 
@@ -43,14 +45,16 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
 void bindParameterServers(py::module_& m) {
   py::class_<hora::ParameterServerClient>(m, "PsClient")
       .def(py::init([](const std::vector<size_t>& elements, const std::string& mode, bool average,
-                       int64_t max_staleness, double lr, double momentum, const std::vector<uintptr_t>& initial) {
-             const hora::PsOptions options = psOptions(mode, average, max_staleness, lr, momentum);
+                       int64_t max_staleness, double lr, double momentum, const std::vector<uintptr_t>& initial,
+                       bool keras_sgd) {
+             const hora::PsOptions options = psOptions(mode, average, max_staleness, lr, momentum, keras_sgd);
              const hora::PsJob job = hora::PsJob::fromEnvironment();
              py::gil_scoped_release release;  // connecting waits for the servers
              return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<float>(initial));
            }),
            py::arg("elements"), py::arg("mode"), py::arg("average") = true, py::arg("max_staleness") = -1,
            py::arg("lr") = 0.0, py::arg("momentum") = 0.0, py::arg("initial") = std::vector<uintptr_t>{},
+           py::arg("keras_sgd") = false,
            "Connects this worker to every parameter server of the job (HORA_PS_SERVERS) and registers "
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters.")
       .def(
@@ -69,6 +73,8 @@ void bindParameterServers(py::module_& m) {
           py::arg("gradients"), py::arg("outputs"),
           "Pushes the gradients, writes the answer into `outputs`; returns (this worker's step, the slowest "
           "live worker's step, the push's place in the first server's order).")
+      .def("set_sgd", &hora::ParameterServerClient::setSgd, py::arg("lr"), py::arg("momentum"),
+           "ps-async: the learning rate and momentum the servers apply this worker's next pushes with.")
       .def("close", [](hora::ParameterServerClient& c) {
         py::gil_scoped_release release;
         c.close();

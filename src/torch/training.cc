@@ -1,7 +1,6 @@
 // hora::torch's training helpers: starting every rank from the same state, averaging metrics,
 // and the DistributedOptimizer (by allreduce, or through the parameter servers: include/hora/ps.h).
 #include <algorithm>
-#include <iostream>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -203,7 +202,6 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
   ps.average = options_.op == ReduceOp::kAverage;
   ps.max_staleness = options_.max_staleness;
   if (options_.mode == Exchange::kPsAsync) std::tie(ps.lr, ps.momentum) = serverSgdOptions(*optimizer_);
-  server_lr_ = ps.lr;
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : named_parameters) names[item.value().unsafeGetTensorImpl()] = item.key();
   for (const auto& group : optimizer_->param_groups()) {
@@ -314,6 +312,12 @@ void DistributedOptimizer::pushToServers() {
     gradients.push_back(grad.data_ptr<float>());
     outputs.push_back(options_.mode == Exchange::kPsSync ? grad.data_ptr<float>() : p.tensor.data_ptr<float>());
   }
+  // The servers apply this push with the optimizer's lr and momentum now: a scheduler's changes
+  // reach them.
+  if (options_.mode == Exchange::kPsAsync) {
+    const auto [lr, momentum] = serverSgdOptions(*optimizer_);
+    servers_->setSgd(lr, momentum);
+  }
   ps_step_ = servers_->step(gradients, outputs);
 }
 
@@ -364,13 +368,7 @@ at::Tensor DistributedOptimizer::step(::torch::optim::Optimizer::LossClosure clo
     }
     if (!synchronized_) synchronize();
     synchronized_ = false;
-    if (options_.mode == Exchange::kPsSync) {
-      optimizer_->step();
-    } else if (!warned_lr_ && !param_groups().empty() && param_groups().front().options().get_lr() != server_lr_) {
-      warned_lr_ = true;
-      std::cerr << "hora: DistributedOptimizer mode Exchange::kPsAsync: the servers keep the lr given when the "
-                   "optimizer was made (" << server_lr_ << "); later changes to it do not reach them yet\n";
-    }
+    if (options_.mode == Exchange::kPsSync) optimizer_->step();
     return loss;
   }
   if (!synchronized_) synchronize();

@@ -2,8 +2,9 @@
 # Parameter servers across hosts (docs/parameter_servers.md), on namespace hosts (netns_hosts.sh):
 # `--servers K` puts the servers on the ranks' hosts in turn, `--server-hosts` on hosts of their
 # own; each server really runs in its host's network namespace (checked from /proc), the workers
-# reach it over TCP, and ps-sync gives every rank what allreduce gives. A server killed on its
-# own host is named by every worker within seconds.
+# reach it over TCP, and ps-sync gives every rank what allreduce gives. A worker killed on a
+# remote host leaves the others of an async job training; a server killed on its own host is
+# named by every worker within seconds.
 # usage: ps_multihost_test.sh HORARUN        (exit 77: skipped, with the reason)
 set -uo pipefail
 horarun=$(realpath "$1")
@@ -96,6 +97,32 @@ run -np 2 -H "$h1:1,$h2:1" --server-hosts "$h2:1,$h3:1" python train.py async >"
 code=$?
 [ "$code" = 0 ] && [ "$(grep -c '<stdout>:rank [01] async steps 3' "$tmp/out")" = 2 ]
 check "--server-hosts on a rank's host and a host of its own: ps-async steps on both ranks (code $code)" $?
+[ "$code" = 0 ] || tail -n 20 "$tmp/out"
+
+# An async job goes on without a worker that dies: rank 3, on the second host (under that host's
+# agent), kills itself at its step 5; the other three reach step 30, and the job ends with 0.
+cat >"$tmp/dying.py" <<'EOF'
+import os, signal, time, torch
+import hora.torch as hvd
+hvd.init()
+r = hvd.rank()
+p = torch.nn.Parameter(torch.zeros(1000))
+opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.01), named_parameters=[("p", p)], mode="ps-async",
+                               max_staleness=2)
+for s in range(1, 31):
+    if r == 3 and s == 5:
+        os.kill(os.getpid(), signal.SIGKILL)
+    opt.zero_grad()
+    (p - 1.0).pow(2).sum().backward()
+    opt.step()
+    time.sleep(0.02)
+print(f"rank {r} async done {opt.parameter_server_step.step}", flush=True)
+EOF
+run -np 4 -H "$h1:2,$h2:2" --servers 1 python dying.py >"$tmp/out" 2>&1
+code=$?
+[ "$code" = 0 ] && [ "$(grep -c '<stdout>:rank [012] async done 30' "$tmp/out")" = 3 ] &&
+  grep -q "rank 3 on host .* was killed by signal 9 (Killed); the job trains asynchronously" "$tmp/out"
+check "ps-async: a worker killed on a remote host, the other 3 go on to the end (code $code)" $?
 [ "$code" = 0 ] || tail -n 20 "$tmp/out"
 
 # A server killed on its dedicated host: horarun names it, and both ranks end within seconds.

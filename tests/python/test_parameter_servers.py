@@ -118,14 +118,18 @@ ASYNC = textwrap.dedent("""
     opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.05, momentum=0.5), named_parameters=[("p", p)],
                                    mode="ps-async", max_staleness=staleness)
     start = p.detach().clone().tolist()
+    # A scheduler's changes reach the servers: lr 0.05 / s at step s, momentum lowered after step 5.
+    schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1 / (epoch + 1))
     log = []
     for s in range(1, steps + 1):
+        opt.param_groups[0]["momentum"] = 0.5 if s <= 5 else 0.25
         if r == 1:
             time.sleep(0.05)  # the slow worker
             open(f"{out}/slow_begun.tmp", "w").write(str(s))
             os.replace(f"{out}/slow_begun.tmp", f"{out}/slow_begun")  # never seen half written
         p.grad = torch.arange(1, 51, dtype=torch.float32) * 0.01 * (r + 1) + 0.001 * s
         opt.step()
+        schedule.step()
         st = opt.parameter_server_step
         begun = None
         if r == 0 and staleness is not None:
@@ -150,8 +154,8 @@ def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path):
 
 
 def expect_a_replay_of_the_servers_order(runs, steps, held=False):
-    """Each worker's log (the ASYNC script's) agrees with SGD (lr 0.05, momentum 0.5) applying
-    every push in the order of the servers' versions, from worker 0's parameters. held (bounded
+    """Each worker's log (the ASYNC script's) agrees with SGD (lr 0.05 / s and momentum 0.5, 0.25
+    after step 5, for a push of step s) applying every push in the order of the servers' versions, from worker 0's parameters. held (bounded
     staleness): an answer held back carries the parameters of when it was let go, after pushes
     applied since its own."""
     for run in runs:
@@ -162,8 +166,8 @@ def expect_a_replay_of_the_servers_order(runs, steps, held=False):
     states = [p]
     for version, r, s, params in pushes:
         g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
-        v = 0.5 * v + g
-        p = p - 0.05 * v
+        v = (0.5 if s <= 5 else 0.25) * v + g
+        p = p - 0.05 / s * v
         states.append(p)
     for version, r, s, params in pushes:
         if held:
@@ -315,6 +319,72 @@ def test_a_killed_server_is_named_by_every_worker(tmp_path):
         assert "PeerError" in lines[0] and re.search(r"parameter server [01] \(host", lines[0]), lines[0]
         caught_at = float(lines[0].split(" at ")[1].split(":")[0])
         assert caught_at - killed_at < 5, f"rank {r} noticed after {caught_at - killed_at:.1f} s"
+
+
+# ---- a killed worker: async jobs go on, sync jobs stop ----
+
+DYING_WORKER = textwrap.dedent("""
+    import json, os, signal, sys, time, torch
+    import hora.torch as hvd
+    out, mode = sys.argv[1], sys.argv[2]
+    hvd.init()
+    r = hvd.rank()
+    p = torch.nn.Parameter(torch.zeros(1000))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.01), named_parameters=[("p", p)], mode=mode,
+                                   max_staleness=2 if mode == "ps-async" else None)
+    log = []
+    try:
+        for step in range(40):
+            if r == 2 and step == 10:
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.zero_grad()
+            (p - 1.0).pow(2).sum().backward()  # gradient 2 (p - 1): p goes to 1
+            opt.step()
+            log.append(list(opt.parameter_server_step[:2]))
+            time.sleep(0.02)
+        started = time.time()
+        try:  # a collective needs every rank: the dead one is named, at once
+            hvd.allreduce(torch.ones(1), name="after")
+            error = None
+        except hvd.HoraInternalError as e:
+            error = f"{type(e).__name__}: {e}"
+        json.dump({"log": log, "p": p[0].item(), "error": error, "seconds": time.time() - started},
+                  open(f"{out}/rank{r}.json", "w"))
+    except hvd.HoraInternalError as e:
+        print(f"rank {r} caught {type(e).__name__}: {e}", flush=True)
+        sys.exit(3)
+""")
+
+
+def test_a_killed_async_worker_does_not_stop_the_others(tmp_path):
+    script = tmp_path / "dying.py"
+    script.write_text(DYING_WORKER)
+    out = horarun(3, 2, script, tmp_path, "ps-async", timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "rank 2 on host" in out.stderr and "killed by signal 9" in out.stderr, out.stderr
+    assert "its other 2 worker(s) go on without it" in out.stderr, out.stderr
+    assert "2 of 3 workers finished" in out.stderr, out.stderr
+    assert not (tmp_path / "rank2.json").exists()
+    for r in (0, 1):
+        run = json.loads((tmp_path / f"rank{r}.json").read_text())
+        steps = [s for s, _ in run["log"]]
+        assert steps == list(range(1, 41)), run["log"]
+        # The staleness gate waited for rank 2 while it lived, then only for the live worker.
+        assert all(step - slowest <= 2 for step, slowest in run["log"]), run["log"]
+        assert run["log"][-1][1] >= 38, run["log"]
+        # 90 or so pushes of 2 (p - 1) at lr 0.01 from 0: p = 1 - 0.98^k, within 0.05 of 1 by then.
+        assert 0.8 < run["p"] < 1.0, run["p"]
+        assert run["error"] and "PeerError" in run["error"] and "rank 2" in run["error"], run["error"]
+        assert run["seconds"] < 5, run
+
+
+def test_a_killed_sync_worker_stops_the_job(tmp_path):
+    script = tmp_path / "dying.py"
+    script.write_text(DYING_WORKER)
+    out = horarun(3, 1, script, tmp_path, "ps-sync", timeout=300)
+    assert out.returncode == 128 + signal.SIGKILL, out.stdout + out.stderr
+    assert "rank 2 on host" in out.stderr and "the other ranks were stopped" in out.stderr, out.stderr
+    assert "go on without" not in out.stderr, out.stderr
 
 
 # ---- arguments, without a job ----

@@ -1,7 +1,7 @@
 """Parameter servers from hora.tensorflow.keras (docs/parameter_servers.md) under horarun --servers,
 under each Keras generation installed: ps-sync in model.fit gives what allreduce and numpy give,
 and ps-async in a custom loop follows an independent replay of the order the server applied the
-pushes in."""
+pushes in, with Keras' SGD at each step's learning rate (a schedule's, or one set between steps)."""
 
 import json
 import os
@@ -71,13 +71,19 @@ def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python):
 ASYNC = textwrap.dedent("""
     import json, sys, tensorflow as tf
     import hora.tensorflow.keras as hvd
-    out, steps = sys.argv[1], int(sys.argv[2])
+    out, steps, lr = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     hvd.init()
     r = hvd.rank()
     p = tf.Variable(tf.fill([50], float(r + 1)))  # the server starts from worker 0's
-    opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.05, momentum=0.5), mode="ps-async")
+    # The learning rate of step s is 0.05 / s: a schedule's, or set before each step (as a callback
+    # does); either reaches the servers.
+    schedule = tf.keras.optimizers.schedules.InverseTimeDecay(0.05, decay_steps=1, decay_rate=1.0)
+    opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=schedule if lr == "schedule" else 0.05,
+                                                           momentum=0.5), mode="ps-async")
     log = []
     for s in range(1, steps + 1):
+        if lr == "set":
+            opt.learning_rate = 0.05 / s
         g = tf.range(1, 51, dtype=tf.float32) * 0.01 * (r + 1) + 0.001 * s
         opt.apply_gradients([(g, p)])
         st = opt.parameter_server_step
@@ -86,12 +92,13 @@ ASYNC = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("lr", ["schedule", "set"])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
-def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python):
+def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, lr):
     script = tmp_path / "async.py"
     script.write_text(ASYNC)
     steps = 6
-    out = keras_job(python, 2, 1, script, tmp_path, steps)
+    out = keras_job(python, 2, 1, script, tmp_path, steps, lr)
     assert out.returncode == 0, out.stdout + out.stderr
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     for run in runs:
@@ -100,9 +107,9 @@ def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python):
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
     p, v = np.ones(50), np.zeros(50)  # worker 0's values start the server
-    for version, r, s, params in pushes:
-        v = 0.5 * v + (np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s)
-        p = p - 0.05 * v
+    for version, r, s, params in pushes:  # Keras' SGD: v = m v - lr g; p += v
+        v = 0.5 * v - 0.05 / s * (np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s)
+        p = p + v
         np.testing.assert_allclose(params, p, rtol=1e-5, atol=1e-5, err_msg=f"push {version} (worker {r} step {s})")
 
 

@@ -6,8 +6,9 @@
 //       a Linear(40, 30) trained by SGD (lr 0.1, momentum 0.9) on an MSE loss, first with
 //       Exchange::kPsSync, then with allreduce; exits 1 when the two disagree.
 //   hora_torch_ps_worker <out> async <max_staleness> <steps>
-//       50 parameters, worker r's start r + 1, SGD (lr 0.05, momentum 0.5) on the servers with
-//       Exchange::kPsAsync; worker 1 is slow; logs each step's PsStep and parameters.
+//       50 parameters, worker r's start r + 1, SGD on the servers with Exchange::kPsAsync (lr
+//       0.05 / s at step s, momentum 0.5 and 0.25 after step 5); worker 1 is slow; logs each
+//       step's PsStep and parameters.
 //
 // The initial values and data are formulas (sines of an index) that numpy computes identically.
 #include <torch/torch.h>
@@ -101,6 +102,9 @@ int runAsync(const std::string& out, int64_t max_staleness, int steps) {
   log << "{\"start\": " << json(p) << ", \"log\": [";
   for (int s = 1; s <= steps; ++s) {
     if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the slow worker
+    // As a scheduler would: lr 0.05 / s, momentum lowered after step 5; the servers follow.
+    auto& group = static_cast<torch::optim::SGDOptions&>(sgd->param_groups()[0].options());
+    group.lr(0.05 / s).momentum(s <= 5 ? 0.5 : 0.25);
     p.mutable_grad() = at::arange(1, 51, at::kFloat) * 0.01 * (r + 1) + 0.001 * s;
     optimizer.step();
     const hora::PsStep& st = optimizer.parameter_server_step();

@@ -227,8 +227,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         mode: how gradients travel: "allreduce" (the default), or through the job's parameter
             servers (horarun --servers K; docs/parameter_servers.md): "ps-sync" (the servers sum,
             every worker gets the same mean: allreduce's result) or "ps-async" (the servers apply
-            each worker's gradients at once with SGD, and the worker takes their parameters; a
-            Keras SGD with a constant learning rate only). float32 variables.
+            each worker's gradients at once with Keras' SGD, at the learning rate and momentum of
+            that step, and the worker takes their parameters). float32 variables.
         max_staleness: with "ps-async", no worker runs more than this many steps ahead of the
             slowest (None: no bound).
     """

@@ -4,8 +4,9 @@ job's parameter servers (docs/parameter_servers.md) instead of allreduce.
 ps-sync: the gradients Keras computed are pushed and replaced by the servers' mean (op=Average)
 or sum (op=Sum) over the workers; the wrapped optimizer then applies them as after an allreduce.
 ps-async: the gradients are pushed, the servers apply them with their own SGD (the wrapped SGD's
-learning rate and momentum, read once) and answer with their parameters, which are assigned to
-the model's variables; the wrapped optimizer's own update does not run.
+learning rate and momentum at that step: a schedule's value, or what a callback such as
+LearningRateWarmupCallback set) and answer with their parameters, which are assigned to the
+model's variables; the wrapped optimizer's own update does not run.
 
 The exchange is a tf.numpy_function, so it runs eagerly and inside the train step Keras traces;
 the client connects at the first step, when the variables are known."""
@@ -18,10 +19,9 @@ from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClie
 
 
 def server_sgd_options(optimizer):
-    """(lr, momentum) of a Keras optimizer the servers can run; ValueError for any other.
-
-    Keras' SGD keeps v = m v - lr g, p += v; with a constant lr that is the servers' (torch's)
-    v = m v + g, p -= lr v, scaled by -lr."""
+    """(lr, momentum) of a Keras optimizer the servers can run, as registered with them (a
+    schedule registers 0: every push carries the step's own, sgd_now); ValueError for any other.
+    The servers then run Keras' form of it (keras_sgd): v = m v - lr g, p += v."""
     config = optimizer.get_config()
     if type(optimizer).__name__ != "SGD":
         raise ValueError(f"mode='ps-async' runs SGD on the servers: wrap a Keras SGD, not {type(optimizer).__name__}")
@@ -32,8 +32,21 @@ def server_sgd_options(optimizer):
             raise ValueError(f"mode='ps-async': the servers' SGD has no {key}; leave it unset")
     lr = config.get("learning_rate")
     if isinstance(lr, dict) or not np.isscalar(lr):  # a schedule is serialized as a dict
-        raise ValueError("mode='ps-async': the servers take a constant learning rate, not a schedule")
+        lr = 0.0
     return float(lr), float(config.get("momentum", 0.0))
+
+
+def sgd_now(optimizer):
+    """The learning rate and momentum `optimizer` would apply at this step, as float32 tensors:
+    a schedule's value at its iterations, or the variable a callback sets."""
+    if hasattr(optimizer, "_decayed_lr"):  # Keras 2's OptimizerV2 (optimizers.legacy): schedule, decay
+        return optimizer._decayed_lr(tf.float32), optimizer._get_hyper("momentum", tf.float32)
+    lr = optimizer._learning_rate
+    if callable(lr) and hasattr(lr, "get_config"):  # a LearningRateSchedule
+        lr = lr(optimizer.iterations)
+    else:
+        lr = optimizer.learning_rate  # the variable (Keras 3's property also evaluates schedules)
+    return tf.cast(lr, tf.float32), tf.constant(float(optimizer.momentum), tf.float32)
 
 
 def dense_float32(grad, variable):
@@ -50,6 +63,7 @@ class KerasParameterServers:
     """This worker's exchange with the servers, for one optimizer."""
 
     def __init__(self, mode, op, max_staleness, optimizer):
+        self.optimizer = optimizer
         self.mode = mode
         self.average = op == hvd.Average
         self.max_staleness = max_staleness
@@ -61,11 +75,13 @@ class KerasParameterServers:
         elements = [int(np.prod(s)) for s in shapes]
         self.client = ParameterServerClient(elements, self.mode, average=self.average,
                                             max_staleness=self.max_staleness, lr=self.lr, momentum=self.momentum,
-                                            initial=[a.ctypes.data for a in initial])
+                                            initial=[a.ctypes.data for a in initial], keras_sgd=True)
 
     def _exchange(self, *arrays):
-        # numpy_function: the gradients, then (async) the variables' values; answers as many
-        # arrays as there are gradients.
+        # numpy_function: the gradients, then (async) the variables' values, the learning rate and
+        # the momentum; answers as many arrays as there are gradients.
+        if self.mode == PS_ASYNC:
+            *arrays, lr, momentum = arrays
         n = len(arrays) // 2 if self.mode == PS_ASYNC else len(arrays)
         grads = [np.ascontiguousarray(a, dtype=np.float32) for a in arrays[:n]]
         if self.client is None:
@@ -73,6 +89,8 @@ class KerasParameterServers:
             initial = [np.array(a, dtype=np.float32) for a in arrays[n:]] if self.mode == PS_ASYNC else []
             self._connect([g.shape for g in grads], initial)
         outputs = [np.empty_like(g) for g in grads]
+        if self.mode == PS_ASYNC:
+            self.client.set_sgd(lr, momentum)
         self.last_step = self.client.step([g.ctypes.data for g in grads], [o.ctypes.data for o in outputs])
         return outputs
 
@@ -93,7 +111,8 @@ class KerasParameterServers:
         """ps-async: pushes `grads` and assigns the servers' parameters to `variables`."""
         variables = list(variables)
         dense = [dense_float32(g, v) for g, v in zip(grads, variables)]
-        params = self._call(dense + [tf.convert_to_tensor(v) for v in variables], variables)
+        params = self._call(dense + [tf.convert_to_tensor(v) for v in variables] + list(sgd_now(self.optimizer)),
+                            variables)
         return tf.group(*[v.assign(p) for v, p in zip(variables, params)])
 
     def close(self):

@@ -4,12 +4,11 @@ parameter servers (docs/parameter_servers.md) instead of allreduce.
 ps-sync: step() pushes every gradient, the servers answer with the mean (op=Average) or sum
 (op=Sum) over the workers, written back into .grad, and the wrapped optimizer steps as after an
 allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD (the
-wrapped optimizer's lr and momentum, read once) and answer with their parameters, which are
-copied into the model; the wrapped optimizer's own step does not run.
+wrapped optimizer's lr and momentum at that step, so that a scheduler's changes reach them) and
+answer with their parameters, which are copied into the model; the wrapped optimizer's own step
+does not run.
 
 The push happens in step(), after the backward pass: no overlap with it yet."""
-
-import warnings
 
 import torch
 
@@ -48,8 +47,6 @@ class _ParameterServerOptimizer(HookedOptimizer):
             if not p.data.is_contiguous():
                 p.data = p.data.contiguous()
         lr, momentum = server_options if mode == PS_ASYNC else (0.0, 0.0)
-        self._registered_lr = lr
-        self._warned_lr = False
         self.parameter_server_step = None  # the last step's PsStep
         self._client = ParameterServerClient(
             [p.numel() for p in self._params], mode, average=(op == Average), max_staleness=max_staleness,
@@ -69,6 +66,8 @@ class _ParameterServerOptimizer(HookedOptimizer):
                 p.grad = p.grad.contiguous()
             grads.append(p.grad)
         outputs = grads if self._mode == PS_SYNC else [p.data for p in self._params]
+        if self._mode == PS_ASYNC:
+            self._client.set_sgd(*server_sgd_options(self))  # this step's, as a scheduler left them
         with torch.no_grad():
             self.parameter_server_step = self._client.step([g.data_ptr() for g in grads],
                                                            [o.data_ptr() for o in outputs])
@@ -78,10 +77,6 @@ class _ParameterServerOptimizer(HookedOptimizer):
         self.synchronize()
         if self._mode == PS_SYNC:
             super(self.__class__, self).step()
-        elif self.param_groups[0]["lr"] != self._registered_lr and not self._warned_lr:
-            self._warned_lr = True
-            warnings.warn("mode='ps-async': the servers keep the lr given when the optimizer was made "
-                          f"({self._registered_lr}); later changes to it do not reach them yet")
         return loss
 
     def close(self):

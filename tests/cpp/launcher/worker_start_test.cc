@@ -181,5 +181,31 @@ TEST(ServerPlacement, ServersRunHorarunAndGetTheirOwnAgentOnARemoteHost) {
   EXPECT_EQ(specs[4].agent_ranks, (std::vector<int>{4}));
 }
 
+// A worker's failure is let go only in an asynchronous job, only for workers, and never for the
+// last one standing; the store is asked at the first failure and until it says yes.
+TEST(AsyncWorkerTolerance, LetsWorkersOfAnAsyncJobGoButNotTheLastOrAServer) {
+  int asked = 0;
+  AsyncWorkerTolerance sync({0, 1, 2}, [&] { return ++asked, false; });
+  EXPECT_EQ(sync({3}), "");  // parameter server 0 (numbered after the ranks)
+  EXPECT_EQ(asked, 0);
+  EXPECT_EQ(sync({2}), "");  // not an async job (or not yet registered): the failure stops it
+  EXPECT_EQ(asked, 1);
+
+  asked = 0;
+  AsyncWorkerTolerance async({0, 1, 2}, [&] { return ++asked, true; });
+  EXPECT_NE(async({2}).find("its other 2 worker(s) go on without it"), std::string::npos);
+  EXPECT_NE(async({0}).find("its other 1 worker(s) go on without it"), std::string::npos);
+  EXPECT_EQ(asked, 1);        // known async: not asked again
+  EXPECT_EQ(async({1}), "");  // the last worker: nobody left to go on
+}
+
+TEST(AsyncWorkerTolerance, AHostAgentsRanksGoTogether) {
+  AsyncWorkerTolerance tolerate({0, 1, 2, 3, 4, 5}, [] { return true; });
+  EXPECT_NE(tolerate({2, 3}).find("its other 4 worker(s) go on without them"), std::string::npos);
+  EXPECT_NE(tolerate({5}).find("its other 3 worker(s)"), std::string::npos);
+  AsyncWorkerTolerance none({}, [] { return true; });  // a job without servers, or a server's agent
+  EXPECT_EQ(none({0}), "");
+}
+
 }  // namespace
 }  // namespace hora::launcher

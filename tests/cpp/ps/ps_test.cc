@@ -101,7 +101,7 @@ TEST(PsShardState, SyncRoundsAverageEveryWorker) {
         for (int s = 1; s <= kSteps; ++s) {
           std::vector<float> g(kN);
           for (size_t i = 0; i < kN; ++i) g[i] = static_cast<float>((w + 1) * 10 + s * 100 + static_cast<int>(i));
-          const auto reply = state.push(w, static_cast<uint64_t>(s), g.data(), d);
+          const auto reply = state.push(w, static_cast<uint64_t>(s), g.data(), {}, d);
           for (size_t i = 0; i < kN; ++i) {
             // mean over w of (w+1)*10 + 100 s + i = 20 + 100 s + i
             const float expected = static_cast<float>(20 + 100 * s + static_cast<int>(i));
@@ -117,6 +117,8 @@ TEST(PsShardState, SyncRoundsAverageEveryWorker) {
   for (int w = 0; w < kWorkers; ++w) EXPECT_EQ(errors[static_cast<size_t>(w)], "") << "worker " << w;
 }
 
+// Each push is applied with its own learning rate and momentum (a schedule's, here lr 0.5 / step
+// and the momentum lowered after step 10), in the order the pushes arrived.
 TEST(PsShardState, AsyncAppliesSgdWithMomentumInArrivalOrder) {
   constexpr int kWorkers = 2, kSteps = 20;
   const std::vector<float> initial = {1.0f, -2.0f, 0.5f};
@@ -132,6 +134,7 @@ TEST(PsShardState, AsyncAppliesSgdWithMomentumInArrivalOrder) {
   const auto gradient = [](int w, int s) {
     return std::vector<float>{0.25f * static_cast<float>(w + 1), -0.125f * static_cast<float>(s), 1.0f / static_cast<float>(s + w)};
   };
+  const auto sgd = [](int s) { return ps::SgdStep{0.5f / static_cast<float>(s), s <= 10 ? 0.9f : 0.5f}; };
   std::vector<std::thread> threads;
   for (int w = 0; w < kWorkers; ++w) {
     threads.emplace_back([&, w] {
@@ -139,7 +142,7 @@ TEST(PsShardState, AsyncAppliesSgdWithMomentumInArrivalOrder) {
       state.registerWorker(w, registration(ps::Mode::kAsync, kWorkers, 3), initial, d);
       for (int s = 1; s <= kSteps; ++s) {
         const auto g = gradient(w, s);
-        const auto reply = state.push(w, static_cast<uint64_t>(s), g.data(), d);
+        const auto reply = state.push(w, static_cast<uint64_t>(s), g.data(), sgd(s), d);
         std::lock_guard lock(mutex);
         log.push_back({reply.version, w, s, std::vector<float>(reply.values.begin(), reply.values.end())});
       }
@@ -153,14 +156,35 @@ TEST(PsShardState, AsyncAppliesSgdWithMomentumInArrivalOrder) {
   for (size_t k = 0; k < log.size(); ++k) {
     ASSERT_EQ(log[k].version, k + 1);
     const auto g = gradient(log[k].worker, log[k].step);
+    const double lr = 0.5 / log[k].step, m = log[k].step <= 10 ? 0.9 : 0.5;
     for (size_t i = 0; i < 3; ++i) {
-      v[i] = 0.9 * v[i] + g[i];
-      p[i] -= 0.5 * v[i];
+      v[i] = m * v[i] + g[i];
+      p[i] -= lr * v[i];
       EXPECT_NEAR(log[k].after[i], p[i], 1e-4 * (1 + std::abs(p[i]))) << "push " << k + 1 << " element " << i;
     }
   }
   const auto final_params = state.parameters();
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(final_params[i], p[i], 1e-4 * (1 + std::abs(p[i])));
+}
+
+// Keras' form (keras_sgd): v = m v - lr g; p += v, which differs from torch's once lr changes.
+TEST(PsShardState, AsyncAppliesKerasSgdWhenRegisteredSo) {
+  ps::ShardState state("parameter server 0", 1);
+  const auto d = common::Deadline::after(10s);
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 2);
+  r.keras_sgd = 1;
+  state.registerWorker(0, r, {1.0f, -1.0f}, d);
+  double p[2] = {1.0, -1.0}, v[2] = {0.0, 0.0};
+  for (int s = 1; s <= 6; ++s) {
+    const float g[2] = {0.5f * static_cast<float>(s), -0.25f};
+    const float lr = 0.1f / static_cast<float>(s), m = 0.9f;
+    const auto reply = state.push(0, static_cast<uint64_t>(s), g, {lr, m}, d);
+    for (size_t i = 0; i < 2; ++i) {
+      v[i] = m * v[i] - static_cast<double>(lr) * g[i];
+      p[i] += v[i];
+      EXPECT_NEAR(reply.values[i], p[i], 1e-5) << "step " << s << " element " << i;
+    }
+  }
 }
 
 TEST(PsShardState, BoundedStalenessHoldsTheFastWorker) {
@@ -176,7 +200,7 @@ TEST(PsShardState, BoundedStalenessHoldsTheFastWorker) {
       std::this_thread::sleep_for(10ms);  // the slow worker's compute
       const float g = 1.0f;
       ++slow_pushed;
-      state.push(1, static_cast<uint64_t>(s), &g, d);
+      state.push(1, static_cast<uint64_t>(s), &g, {}, d);
     }
   });
   {
@@ -184,7 +208,7 @@ TEST(PsShardState, BoundedStalenessHoldsTheFastWorker) {
     state.registerWorker(0, registration(ps::Mode::kAsync, 2, 1, kStaleness), {0.0f}, d);
     for (int s = 1; s <= kSteps; ++s) {
       const float g = 1.0f;
-      const auto reply = state.push(0, static_cast<uint64_t>(s), &g, d);
+      const auto reply = state.push(0, static_cast<uint64_t>(s), &g, {}, d);
       // The slow worker's own count (taken before its push) bounds the server's view of it.
       const int lead = s - slow_pushed.load();
       max_lead = std::max(max_lead, lead);
@@ -208,7 +232,7 @@ TEST(PsShardState, SyncFailsEveryWaitingWorkerWhenOneDies) {
   });
   const float g = 1;
   try {
-    state.push(0, 1, &g, d);
+    state.push(0, 1, &g, {}, d);
     ADD_FAILURE() << "push returned although worker 1 died";
   } catch (const PeerError& e) {
     EXPECT_NE(std::string(e.what()).find("parameter server 3: worker 1 died"), std::string::npos) << e.what();
