@@ -3,9 +3,10 @@
 // A ParameterServerClient connects one worker to every parameter server of the job and, once per
 // step, pushes its gradients and pulls what the servers answer:
 //   - kSync: the sum (or the mean) of every worker's gradients of this step, as an allreduce;
-//   - kAsync: the servers' parameters after applying this worker's gradients with the SGD they
-//     hold (lr and momentum from the options, or as setSgd changed them); with max_staleness = s
-//     the answer waits until no live worker is more than s steps behind this one.
+//   - kAsync: the servers' parameters after applying this worker's gradients with the optimizer
+//     they hold (SGD with momentum or Adam; lr and momentum from the options, or as setSgd changed
+//     them); with max_staleness = s the answer waits until no live worker is more than s steps
+//     behind this one.
 // Tensors are float32, registered once (their element counts, in the same order on every
 // worker); each server holds a shard of them (src/ps/sharding.h).
 //
@@ -27,16 +28,21 @@
 namespace hora {
 
 enum class PsMode { kSync, kAsync };
+// kAsync: the optimizer the servers apply the pushes with.
+enum class PsOptimizer { kSgd, kAdam };
 
 struct PsOptions {
   PsMode mode = PsMode::kSync;
   bool average = true;          // kSync: the mean rather than the sum
   int64_t max_staleness = -1;   // kAsync: -1 = unbounded
-  double lr = 0.0;              // kAsync: the servers' SGD (setSgd changes them between steps)
-  double momentum = 0.0;
-  // kAsync: Keras' form of SGD with momentum, v = m v - lr g; p += v, instead of torch's,
-  // v = m v + g; p -= lr v (the same while lr is constant).
-  bool keras_sgd = false;
+  PsOptimizer optimizer = PsOptimizer::kSgd;  // kAsync
+  double lr = 0.0;              // kAsync (setSgd changes lr and momentum between steps)
+  double momentum = 0.0;        // kSgd
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;  // kAdam
+  // kAsync: Keras' form of the update instead of torch's: SGD with momentum v = m v - lr g;
+  // p += v (torch: v = m v + g; p -= lr v, the same while lr is constant), Adam with epsilon
+  // added to sqrt(v) before the bias correction (Keras' epsilon hat).
+  bool keras_form = false;
 };
 
 // Where the job's servers are: horarun sets these through the environment (fromEnvironment).
@@ -76,9 +82,9 @@ class HORA_API ParameterServerClient {
   // Pushes `gradients` (one pointer per tensor, read) and writes the answer into `outputs` (kSync:
   // the reduced gradients, which may be `gradients` themselves; kAsync: the parameters).
   PsStep step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs);
-  // kAsync: the learning rate and momentum the servers apply this worker's next pushes with
-  // (options.lr and momentum until called): for a schedule, a warm-up or a callback that changes
-  // them between steps. Ignored in kSync.
+  // kAsync: the learning rate (and SGD's momentum) the servers apply this worker's next pushes
+  // with (options.lr and momentum until called): for a schedule, a warm-up or a callback that
+  // changes them between steps. Ignored in kSync.
   void setSgd(double lr, double momentum);
 
   // Says goodbye to every server; later calls fail with ShutdownError. Idempotent.

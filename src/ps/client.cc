@@ -201,7 +201,11 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
   r.max_staleness = options.mode == PsMode::kAsync ? options.max_staleness : -1;
   r.lr = options.lr;
   r.momentum = options.momentum;
-  r.keras_sgd = options.keras_sgd ? 1 : 0;
+  r.keras_form = options.keras_form ? 1 : 0;
+  r.optimizer = options.optimizer == PsOptimizer::kAdam ? ps::Optimizer::kAdam : ps::Optimizer::kSgd;
+  r.beta1 = options.beta1;
+  r.beta2 = options.beta2;
+  r.epsilon = options.epsilon;
   r.average = options.average ? 1 : 0;
   r.layout_hash = ps::layoutHash(tensor_elements);
   s.guarded([&] {

@@ -15,6 +15,10 @@ const char* toString(MessageKind kind) {
 
 const char* toString(Mode mode) { return mode == Mode::kSync ? "ps-sync" : mode == Mode::kAsync ? "ps-async" : "?"; }
 
+const char* toString(Optimizer optimizer) {
+  return optimizer == Optimizer::kSgd ? "SGD" : optimizer == Optimizer::kAdam ? "Adam" : "?";
+}
+
 std::string registrationDifference(const Registration& a, const Registration& b) {
   const auto differs = [](const char* field, auto x, auto y) {
     return std::string(field) + " " + std::to_string(y) + " where the first worker gave " + std::to_string(x);
@@ -27,7 +31,12 @@ std::string registrationDifference(const Registration& a, const Registration& b)
   if (a.max_staleness != b.max_staleness) return differs("max_staleness", a.max_staleness, b.max_staleness);
   if (a.lr != b.lr) return differs("lr", a.lr, b.lr);
   if (a.momentum != b.momentum) return differs("momentum", a.momentum, b.momentum);
-  if (a.keras_sgd != b.keras_sgd) return differs("keras_sgd", a.keras_sgd, b.keras_sgd);
+  if (a.keras_form != b.keras_form) return differs("keras_form", a.keras_form, b.keras_form);
+  if (a.optimizer != b.optimizer)
+    return std::string("optimizer ") + toString(b.optimizer) + " where the first worker gave " + toString(a.optimizer);
+  if (a.beta1 != b.beta1) return differs("beta1", a.beta1, b.beta1);
+  if (a.beta2 != b.beta2) return differs("beta2", a.beta2, b.beta2);
+  if (a.epsilon != b.epsilon) return differs("epsilon", a.epsilon, b.epsilon);
   return "";
 }
 

@@ -38,25 +38,32 @@ static_assert(sizeof(MessageHeader) == 56);
 
 enum class Mode : uint32_t { kSync = 1, kAsync = 2 };
 
+// The optimizer an async server applies the pushes with.
+enum class Optimizer : uint32_t { kSgd = 0, kAdam = 1 };
+
 // What a worker tells a server when it connects; every worker of a job must send the same
 // (but its own worker number, which travels in the header).
 struct Registration {
   Mode mode = Mode::kSync;
   uint32_t workers = 0;
   int64_t max_staleness = -1;  // async only; -1: unbounded
-  double lr = 0;               // async only: the server's SGD, as the worker's optimizer was made
-  double momentum = 0;         // (each push then carries its own: a schedule's changes)
+  double lr = 0;               // async only: the server's optimizer, as the worker's was made
+  double momentum = 0;         // (each push then carries its lr and momentum: a schedule's changes)
   uint32_t average = 0;  // sync: 1 = reply with the mean, 0 = the sum
-  // async: 1 = Keras' SGD, v = m v - lr g; p += v. 0 = torch's, v = m v + g; p -= lr v. The same
-  // parameters while lr is constant; a schedule makes them differ.
-  uint32_t keras_sgd = 0;
+  // async: 1 = Keras' form of the update, 0 = torch's (ShardState). The same parameters for SGD
+  // while lr is constant; a schedule makes them differ, and Adam's epsilon differs.
+  uint32_t keras_form = 0;
   uint64_t shard_elements = 0;
   uint64_t layout_hash = 0;
+  Optimizer optimizer = Optimizer::kSgd;  // async
+  uint32_t reserved = 0;
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;  // async, Adam
 };
-static_assert(sizeof(Registration) == 56);
+static_assert(sizeof(Registration) == 88);
 
 const char* toString(MessageKind kind);
 const char* toString(Mode mode);
+const char* toString(Optimizer optimizer);
 
 // "" when `b` agrees with `a`, else which field differs and both values.
 std::string registrationDifference(const Registration& a, const Registration& b);

@@ -1,6 +1,7 @@
 #include "ps/shard_state.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace hora::ps {
 
@@ -52,6 +53,7 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
   if (worker == 0) {
     params_ = std::move(initial);
     velocity_.assign(params_.size(), 0.0f);
+    if (r.optimizer == Optimizer::kAdam) second_moment_.assign(params_.size(), 0.0f);
     initialized_ = true;
     changed_.notify_all();
   }
@@ -108,17 +110,10 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
 
 ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
                                 const SgdStep& sgd, const common::Deadline& deadline) {
-  const float lr = sgd.lr, m = sgd.momentum;
-  if (config_->keras_sgd) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      velocity_[i] = m * velocity_[i] - lr * g[i];
-      params_[i] += velocity_[i];
-    }
+  if (config_->optimizer == Optimizer::kAdam) {
+    applyAdam(g, sgd.lr);
   } else {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      velocity_[i] = m * velocity_[i] + g[i];
-      params_[i] -= lr * velocity_[i];
-    }
+    applySgd(g, sgd);
   }
   steps_[static_cast<size_t>(worker)] = step;
   const uint64_t version = ++applied_;
@@ -134,6 +129,46 @@ ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, 
   auto& reply = replies_[static_cast<size_t>(worker)];
   reply.assign(params_.begin(), params_.end());  // the same size every step: no allocation after the first
   return {reply, step, slowestLive(), version};
+}
+
+void ShardState::applySgd(const float* g, const SgdStep& sgd) {
+  const float lr = sgd.lr, m = sgd.momentum;
+  if (config_->keras_form) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      velocity_[i] = m * velocity_[i] - lr * g[i];
+      params_[i] += velocity_[i];
+    }
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      velocity_[i] = m * velocity_[i] + g[i];
+      params_[i] -= lr * velocity_[i];
+    }
+  }
+}
+
+void ShardState::applyAdam(const float* g, float lr) {
+  // As torch.optim.Adam and Keras' Adam compute it (no amsgrad, no weight decay), with t the
+  // server's count of applied pushes: every push is one step of the server's optimizer.
+  const double t = static_cast<double>(applied_ + 1);
+  const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
+  const auto eps = static_cast<float>(config_->epsilon);
+  const double correction1 = 1.0 - std::pow(config_->beta1, t), correction2 = 1.0 - std::pow(config_->beta2, t);
+  if (config_->keras_form) {
+    const auto alpha = static_cast<float>(lr * std::sqrt(correction2) / correction1);
+    for (size_t i = 0; i < params_.size(); ++i) {
+      velocity_[i] += (g[i] - velocity_[i]) * (1 - b1);
+      second_moment_[i] += (g[i] * g[i] - second_moment_[i]) * (1 - b2);
+      params_[i] -= alpha * velocity_[i] / (std::sqrt(second_moment_[i]) + eps);
+    }
+  } else {
+    const auto step_size = static_cast<float>(lr / correction1);
+    const auto root_correction2 = static_cast<float>(std::sqrt(correction2));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      velocity_[i] = b1 * velocity_[i] + (1 - b1) * g[i];
+      second_moment_[i] = b2 * second_moment_[i] + (1 - b2) * g[i] * g[i];
+      params_[i] -= step_size * velocity_[i] / (std::sqrt(second_moment_[i]) / root_correction2 + eps);
+    }
+  }
 }
 
 void ShardState::leave(int worker, bool died, const std::string& why) {

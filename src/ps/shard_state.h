@@ -7,8 +7,11 @@
 // complete before every session has sent round t's result, since a session reads its worker's
 // push of step t+1 only after sending the reply of step t, so one result buffer is enough and
 // nothing is copied.
-// Async mode: a push is applied at once (SGD with momentum, as torch.optim.SGD: v = m v + g,
-// p -= lr v, or as Keras' SGD: v = m v - lr g, p += v; lr and m those the push carries); with max_staleness = s the reply then waits until every live worker has had at
+// Async mode: a push is applied at once with the registered optimizer, at the lr (and SGD's
+// momentum) the push carries: SGD with momentum (torch.optim.SGD: v = m v + g, p -= lr v; Keras:
+// v = m v - lr g, p += v) or Adam (m and v the moments, t the pushes this server applied;
+// torch: p -= lr m^ / (sqrt(v^) + eps); Keras: p -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) +
+// eps)); with max_staleness = s the reply then waits until every live worker has had at
 // least (this worker's steps - s) applied (stale synchronous parallel). Workers that left (bye)
 // or died no longer hold anyone back.
 //
@@ -74,6 +77,8 @@ class ShardState {
                      const common::Deadline& deadline);
   ReplyData pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
                       const SgdStep& sgd, const common::Deadline& deadline);
+  void applySgd(const float* g, const SgdStep& sgd);  // mutex_ held
+  void applyAdam(const float* g, float lr);           // mutex_ held; the update applied_ + 1
   uint64_t slowestLive() const;             // mutex_ held
   std::string workersBehind(uint64_t step) const;  // mutex_ held: "worker 2 (step 4)"
   void checkFailed() const;                 // mutex_ held: rethrows failure_
@@ -84,7 +89,8 @@ class ShardState {
   std::condition_variable changed_;
   std::optional<Registration> config_;       // guarded by mutex_
   bool initialized_ = false;                 // async: parameters set from worker 0
-  std::vector<float> params_, velocity_;     // async
+  std::vector<float> params_, velocity_;     // async (Adam: velocity_ is the first moment)
+  std::vector<float> second_moment_;         // async, Adam
   std::vector<float> sum_, result_;          // sync
   std::vector<std::vector<float>> replies_;  // async, by worker: the parameters its reply sends
   uint64_t applied_ = 0;                     // async: pushes applied so far

@@ -22,8 +22,9 @@ std::vector<T*> pointers(const std::vector<uintptr_t>& addresses) {
   return out;
 }
 
-hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, double lr, double momentum,
-                          bool keras_sgd) {
+// `optimizer` (ps-async): {"name": "sgd" | "adam", "lr", "momentum", "beta1", "beta2",
+// "epsilon", "keras_form"}, each optional (PsOptions' defaults).
+hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, const py::dict& optimizer) {
   hora::PsOptions o;
   if (mode == "ps-sync") {
     o.mode = hora::PsMode::kSync;
@@ -34,9 +35,21 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
   }
   o.average = average;
   o.max_staleness = max_staleness;
-  o.lr = lr;
-  o.momentum = momentum;
-  o.keras_sgd = keras_sgd;
+  const std::string name = optimizer.contains("name") ? optimizer["name"].cast<std::string>() : "sgd";
+  if (name == "adam") {
+    o.optimizer = hora::PsOptimizer::kAdam;
+  } else if (name != "sgd") {
+    throw hora::InvalidArgumentError("parameter server optimizer '" + name + "': expected sgd or adam");
+  }
+  const auto number = [&](const char* key, double fallback) {
+    return optimizer.contains(key) ? optimizer[key].cast<double>() : fallback;
+  };
+  o.lr = number("lr", o.lr);
+  o.momentum = number("momentum", o.momentum);
+  o.beta1 = number("beta1", o.beta1);
+  o.beta2 = number("beta2", o.beta2);
+  o.epsilon = number("epsilon", o.epsilon);
+  o.keras_form = optimizer.contains("keras_form") && optimizer["keras_form"].cast<bool>();
   return o;
 }
 
@@ -45,18 +58,18 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
 void bindParameterServers(py::module_& m) {
   py::class_<hora::ParameterServerClient>(m, "PsClient")
       .def(py::init([](const std::vector<size_t>& elements, const std::string& mode, bool average,
-                       int64_t max_staleness, double lr, double momentum, const std::vector<uintptr_t>& initial,
-                       bool keras_sgd) {
-             const hora::PsOptions options = psOptions(mode, average, max_staleness, lr, momentum, keras_sgd);
+                       int64_t max_staleness, const std::vector<uintptr_t>& initial, const py::dict& optimizer) {
+             const hora::PsOptions options = psOptions(mode, average, max_staleness, optimizer);
              const hora::PsJob job = hora::PsJob::fromEnvironment();
              py::gil_scoped_release release;  // connecting waits for the servers
              return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<float>(initial));
            }),
            py::arg("elements"), py::arg("mode"), py::arg("average") = true, py::arg("max_staleness") = -1,
-           py::arg("lr") = 0.0, py::arg("momentum") = 0.0, py::arg("initial") = std::vector<uintptr_t>{},
-           py::arg("keras_sgd") = false,
+           py::arg("initial") = std::vector<uintptr_t>{}, py::arg("optimizer") = py::dict(),
            "Connects this worker to every parameter server of the job (HORA_PS_SERVERS) and registers "
-           "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters.")
+           "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
+           "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam', 'lr', 'momentum', 'beta1', 'beta2', "
+           "'epsilon', 'keras_form'}).")
       .def(
           "step",
           [](hora::ParameterServerClient& c, const std::vector<uintptr_t>& gradients,

@@ -111,18 +111,21 @@ ASYNC = textwrap.dedent("""
     import json, os, sys, time, torch
     import hora.torch as hvd
     out, steps, mode_arg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    adam = len(sys.argv) > 4 and sys.argv[4] == "adam"
     staleness = None if mode_arg == "none" else int(mode_arg)
     hvd.init()
     r = hvd.rank()
     p = torch.nn.Parameter(torch.full((50,), float(r + 1)))  # the servers start from worker 0's
-    opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.05, momentum=0.5), named_parameters=[("p", p)],
-                                   mode="ps-async", max_staleness=staleness)
+    inner = (torch.optim.Adam([p], lr=0.05, betas=(0.8, 0.99), eps=1e-3) if adam
+             else torch.optim.SGD([p], lr=0.05, momentum=0.5))
+    opt = hvd.DistributedOptimizer(inner, named_parameters=[("p", p)], mode="ps-async", max_staleness=staleness)
     start = p.detach().clone().tolist()
-    # A scheduler's changes reach the servers: lr 0.05 / s at step s, momentum lowered after step 5.
+    # A scheduler's changes reach the servers: lr 0.05 / s at step s, SGD's momentum lowered after step 5.
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1 / (epoch + 1))
     log = []
     for s in range(1, steps + 1):
-        opt.param_groups[0]["momentum"] = 0.5 if s <= 5 else 0.25
+        if not adam:
+            opt.param_groups[0]["momentum"] = 0.5 if s <= 5 else 0.25
         if r == 1:
             time.sleep(0.05)  # the slow worker
             open(f"{out}/slow_begun.tmp", "w").write(str(s))
@@ -143,31 +146,38 @@ ASYNC = textwrap.dedent("""
 """)
 
 
-def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path):
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer):
     script = tmp_path / "async.py"
     script.write_text(ASYNC)
     steps = 10
-    out = horarun(2, 1, script, tmp_path, steps, "none")
+    out = horarun(2, 1, script, tmp_path, steps, "none", optimizer)
     assert out.returncode == 0, out.stdout + out.stderr
     expect_a_replay_of_the_servers_order([json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)],
-                                         steps)
+                                         steps, adam=(optimizer == "adam"))
 
 
-def expect_a_replay_of_the_servers_order(runs, steps, held=False):
+def expect_a_replay_of_the_servers_order(runs, steps, held=False, adam=False):
     """Each worker's log (the ASYNC script's) agrees with SGD (lr 0.05 / s and momentum 0.5, 0.25
-    after step 5, for a push of step s) applying every push in the order of the servers' versions, from worker 0's parameters. held (bounded
+    after step 5, for a push of step s; or torch's Adam at that lr, betas 0.8 and 0.99, eps 1e-3,
+    its t the server's count of applied pushes) applying every push in the order of the servers' versions, from worker 0's parameters. held (bounded
     staleness): an answer held back carries the parameters of when it was let go, after pushes
     applied since its own."""
     for run in runs:
         assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
-    p, v = np.ones(50), np.zeros(50)  # worker 0's parameters start the servers
+    p, v, m2 = np.ones(50), np.zeros(50), np.zeros(50)  # worker 0's parameters start the servers
     states = [p]
     for version, r, s, params in pushes:
         g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
-        v = (0.5 if s <= 5 else 0.25) * v + g
-        p = p - 0.05 / s * v
+        if adam:
+            v = 0.8 * v + 0.2 * g
+            m2 = 0.99 * m2 + 0.01 * g * g
+            p = p - 0.05 / s / (1 - 0.8 ** version) * v / (np.sqrt(m2 / (1 - 0.99 ** version)) + 1e-3)
+        else:
+            v = (0.5 if s <= 5 else 0.25) * v + g
+            p = p - 0.05 / s * v
         states.append(p)
     for version, r, s, params in pushes:
         if held:
@@ -397,7 +407,9 @@ def test_mode_arguments_are_checked():
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps")
     with pytest.raises(ValueError, match="max_staleness bounds mode='ps-async' only"):
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps-sync", max_staleness=2)
-    with pytest.raises(ValueError, match="runs SGD on the servers"):
-        hvd.DistributedOptimizer(torch.optim.Adam([p]), mode="ps-async")
+    with pytest.raises(ValueError, match="runs SGD or Adam on the servers"):
+        hvd.DistributedOptimizer(torch.optim.RMSprop([p]), mode="ps-async")
+    with pytest.raises(ValueError, match="Adam has no amsgrad"):
+        hvd.DistributedOptimizer(torch.optim.Adam([p], amsgrad=True), mode="ps-async")
     with pytest.raises(ValueError, match="has no nesterov"):
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1, momentum=0.9, nesterov=True), mode="ps-async")

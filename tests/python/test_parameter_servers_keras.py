@@ -78,11 +78,13 @@ ASYNC = textwrap.dedent("""
     # The learning rate of step s is 0.05 / s: a schedule's, or set before each step (as a callback
     # does); either reaches the servers.
     schedule = tf.keras.optimizers.schedules.InverseTimeDecay(0.05, decay_steps=1, decay_rate=1.0)
-    opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=schedule if lr == "schedule" else 0.05,
-                                                           momentum=0.5), mode="ps-async")
+    rate = schedule if lr.startswith("schedule") else 0.05
+    inner = (tf.keras.optimizers.Adam(rate, beta_1=0.8, beta_2=0.99, epsilon=1e-3) if lr.endswith("adam")
+             else tf.keras.optimizers.SGD(rate, momentum=0.5))
+    opt = hvd.DistributedOptimizer(inner, mode="ps-async")
     log = []
     for s in range(1, steps + 1):
-        if lr == "set":
+        if lr.startswith("set"):
             opt.learning_rate = 0.05 / s
         g = tf.range(1, 51, dtype=tf.float32) * 0.01 * (r + 1) + 0.001 * s
         opt.apply_gradients([(g, p)])
@@ -92,7 +94,7 @@ ASYNC = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("lr", ["schedule", "set"])
+@pytest.mark.parametrize("lr", ["schedule", "set", "schedule adam", "set adam"])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
 def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, lr):
     script = tmp_path / "async.py"
@@ -106,10 +108,16 @@ def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, 
         assert run["iterations"] == steps
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
-    p, v = np.ones(50), np.zeros(50)  # worker 0's values start the server
-    for version, r, s, params in pushes:  # Keras' SGD: v = m v - lr g; p += v
-        v = 0.5 * v - 0.05 / s * (np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s)
-        p = p + v
+    p, v, m2 = np.ones(50), np.zeros(50), np.zeros(50)  # worker 0's values start the server
+    for version, r, s, params in pushes:
+        g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
+        if lr.endswith("adam"):  # Keras' Adam, t the server's count of applied pushes
+            v = v + (g - v) * 0.2
+            m2 = m2 + (g * g - m2) * 0.01
+            p = p - 0.05 / s * np.sqrt(1 - 0.99 ** version) / (1 - 0.8 ** version) * v / (np.sqrt(m2) + 1e-3)
+        else:  # Keras' SGD: v = m v - lr g; p += v
+            v = 0.5 * v - 0.05 / s * g
+            p = p + v
         np.testing.assert_allclose(params, p, rtol=1e-5, atol=1e-5, err_msg=f"push {version} (worker {r} step {s})")
 
 
@@ -118,8 +126,10 @@ def test_keras_mode_arguments_are_checked():
     import hora.tensorflow.keras as hvd
     with pytest.raises(ValueError, match="mode must be one of"):
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), mode="ps")
-    with pytest.raises(ValueError, match="runs SGD on the servers"):
-        hvd.DistributedOptimizer(tf.keras.optimizers.Adam(), mode="ps-async")
+    with pytest.raises(ValueError, match="runs SGD or Adam on the servers"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.RMSprop(), mode="ps-async")
+    with pytest.raises(ValueError, match="Adam has no amsgrad"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.Adam(amsgrad=True), mode="ps-async")
     with pytest.raises(ValueError, match="has no nesterov"):
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True), mode="ps-async")
     with pytest.raises(ValueError, match="backward_passes_per_step"):

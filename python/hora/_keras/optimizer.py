@@ -227,8 +227,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         mode: how gradients travel: "allreduce" (the default), or through the job's parameter
             servers (horarun --servers K; docs/parameter_servers.md): "ps-sync" (the servers sum,
             every worker gets the same mean: allreduce's result) or "ps-async" (the servers apply
-            each worker's gradients at once with Keras' SGD, at the learning rate and momentum of
-            that step, and the worker takes their parameters). float32 variables.
+            each worker's gradients at once with Keras' SGD or Adam, at the learning rate of that
+            step, and the worker takes their parameters). float32 variables.
         max_staleness: with "ps-async", no worker runs more than this many steps ahead of the
             slowest (None: no bound).
     """
@@ -244,7 +244,7 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         _ps.check_arguments(mode, compression, gradient_predivide_factor, backward_passes_per_step, groups,
                             process_set)
         if mode == PS_ASYNC:
-            _ps.server_sgd_options(optimizer)  # refused now rather than at the first step
+            _ps.server_optimizer(optimizer)  # refused now rather than at the first step
     return create(optimizer, name=name, compression=compression, sparse_as_dense=sparse_as_dense,
                   gradient_predivide_factor=gradient_predivide_factor, op=op,
                   backward_passes_per_step=backward_passes_per_step,

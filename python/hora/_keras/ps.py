@@ -3,9 +3,9 @@ job's parameter servers (docs/parameter_servers.md) instead of allreduce.
 
 ps-sync: the gradients Keras computed are pushed and replaced by the servers' mean (op=Average)
 or sum (op=Sum) over the workers; the wrapped optimizer then applies them as after an allreduce.
-ps-async: the gradients are pushed, the servers apply them with their own SGD (the wrapped SGD's
-learning rate and momentum at that step: a schedule's value, or what a callback such as
-LearningRateWarmupCallback set) and answer with their parameters, which are assigned to the
+ps-async: the gradients are pushed, the servers apply them with their own SGD or Adam (the wrapped
+optimizer's options; the learning rate and momentum of that step: a schedule's value, or what a
+callback such as LearningRateWarmupCallback set) and answer with their parameters, which are assigned to the
 model's variables; the wrapped optimizer's own update does not run.
 
 The exchange is a tf.numpy_function, so it runs eagerly and inside the train step Keras traces;
@@ -18,35 +18,42 @@ import hora.tensorflow as hvd
 from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClient
 
 
-def server_sgd_options(optimizer):
-    """(lr, momentum) of a Keras optimizer the servers can run, as registered with them (a
-    schedule registers 0: every push carries the step's own, sgd_now); ValueError for any other.
-    The servers then run Keras' form of it (keras_sgd): v = m v - lr g, p += v."""
+def server_optimizer(optimizer):
+    """What the servers apply ps-async pushes with, as ParameterServerClient takes it: a Keras SGD
+    or Adam, in Keras' form of the update (keras_form), its learning rate as registered (a schedule
+    registers 0: every push carries the step's own, sgd_now); ValueError for anything else."""
     config = optimizer.get_config()
-    if type(optimizer).__name__ != "SGD":
-        raise ValueError(f"mode='ps-async' runs SGD on the servers: wrap a Keras SGD, not {type(optimizer).__name__}")
+    kind = type(optimizer).__name__
+    if kind not in ("SGD", "Adam"):
+        raise ValueError(f"mode='ps-async' runs SGD or Adam on the servers: wrap a Keras SGD or Adam, not {kind}")
     if config.get("nesterov"):
         raise ValueError("mode='ps-async': the servers' SGD has no nesterov; set it to False")
-    for key in ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm"):
+    for key in ("amsgrad", "weight_decay", "decay", "clipnorm", "clipvalue", "global_clipnorm"):
         if config.get(key):
-            raise ValueError(f"mode='ps-async': the servers' SGD has no {key}; leave it unset")
+            raise ValueError(f"mode='ps-async': the servers' {kind} has no {key}; leave it unset")
     lr = config.get("learning_rate")
     if isinstance(lr, dict) or not np.isscalar(lr):  # a schedule is serialized as a dict
         lr = 0.0
-    return float(lr), float(config.get("momentum", 0.0))
+    if kind == "SGD":
+        return {"name": "sgd", "lr": float(lr), "momentum": float(config.get("momentum", 0.0)), "keras_form": True}
+    return {"name": "adam", "lr": float(lr), "beta1": float(config["beta_1"]), "beta2": float(config["beta_2"]),
+            "epsilon": float(config["epsilon"]), "keras_form": True}
 
 
 def sgd_now(optimizer):
-    """The learning rate and momentum `optimizer` would apply at this step, as float32 tensors:
-    a schedule's value at its iterations, or the variable a callback sets."""
+    """The learning rate and (SGD's) momentum `optimizer` would apply at this step, as float32
+    tensors: a schedule's value at its iterations, or the variable a callback sets."""
+    momentum = float(getattr(optimizer, "momentum", 0.0)) if type(optimizer).__name__ == "SGD" else 0.0
     if hasattr(optimizer, "_decayed_lr"):  # Keras 2's OptimizerV2 (optimizers.legacy): schedule, decay
-        return optimizer._decayed_lr(tf.float32), optimizer._get_hyper("momentum", tf.float32)
+        if momentum:
+            return optimizer._decayed_lr(tf.float32), optimizer._get_hyper("momentum", tf.float32)
+        return optimizer._decayed_lr(tf.float32), tf.constant(0.0)
     lr = optimizer._learning_rate
     if callable(lr) and hasattr(lr, "get_config"):  # a LearningRateSchedule
         lr = lr(optimizer.iterations)
     else:
         lr = optimizer.learning_rate  # the variable (Keras 3's property also evaluates schedules)
-    return tf.cast(lr, tf.float32), tf.constant(float(optimizer.momentum), tf.float32)
+    return tf.cast(lr, tf.float32), tf.constant(momentum, tf.float32)
 
 
 def dense_float32(grad, variable):
@@ -67,15 +74,15 @@ class KerasParameterServers:
         self.mode = mode
         self.average = op == hvd.Average
         self.max_staleness = max_staleness
-        self.lr, self.momentum = server_sgd_options(optimizer) if mode == PS_ASYNC else (0.0, 0.0)
+        self.server_optimizer = server_optimizer(optimizer) if mode == PS_ASYNC else None
         self.client = None
         self.last_step = None  # the last step's PsStep (this worker's step, the slowest, version)
 
     def _connect(self, shapes, initial):
         elements = [int(np.prod(s)) for s in shapes]
         self.client = ParameterServerClient(elements, self.mode, average=self.average,
-                                            max_staleness=self.max_staleness, lr=self.lr, momentum=self.momentum,
-                                            initial=[a.ctypes.data for a in initial], keras_sgd=True)
+                                            max_staleness=self.max_staleness,
+                                            initial=[a.ctypes.data for a in initial], optimizer=self.server_optimizer)
 
     def _exchange(self, *arrays):
         # numpy_function: the gradients, then (async) the variables' values, the learning rate and

@@ -36,24 +36,25 @@ def check_mode(mode, max_staleness):
 class ParameterServerClient:
     """This worker's side: register the tensors (element counts, float32) once, then step()."""
 
-    def __init__(self, elements, mode, average=True, max_staleness=None, lr=0.0, momentum=0.0, initial=(),
-                 keras_sgd=False):
+    def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None):
+        """optimizer (ps-async): what the servers apply the pushes with, a dict of "name" ("sgd" or
+        "adam"), "lr", "momentum" (sgd), "beta1", "beta2", "epsilon" (adam) and "keras_form" (Keras'
+        form of the update rather than torch's)."""
         check_mode(mode, max_staleness)
         if mode == ALLREDUCE:
             raise ValueError("mode 'allreduce' uses no parameter servers")
         self._client = _core.PsClient(list(elements), mode, average=average,
                                       max_staleness=-1 if max_staleness is None else max_staleness,
-                                      lr=float(lr), momentum=float(momentum), initial=list(initial),
-                                      keras_sgd=keras_sgd)
+                                      initial=list(initial), optimizer=dict(optimizer or {}))
         _open_clients.add(self)
 
     @property
     def servers(self):
         return self._client.servers
 
-    def set_sgd(self, lr, momentum):
-        """ps-async: the learning rate and momentum the servers apply the next pushes with (those
-        given at construction until called): a schedule's or a callback's changes."""
+    def set_sgd(self, lr, momentum=0.0):
+        """ps-async: the learning rate (and SGD's momentum) the servers apply the next pushes with
+        (those given at construction until called): a schedule's or a callback's changes."""
         self._client.set_sgd(float(lr), float(momentum))
 
     def step(self, gradients, outputs):

@@ -3,9 +3,9 @@ parameter servers (docs/parameter_servers.md) instead of allreduce.
 
 ps-sync: step() pushes every gradient, the servers answer with the mean (op=Average) or sum
 (op=Sum) over the workers, written back into .grad, and the wrapped optimizer steps as after an
-allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD (the
-wrapped optimizer's lr and momentum at that step, so that a scheduler's changes reach them) and
-answer with their parameters, which are copied into the model; the wrapped optimizer's own step
+allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD or
+Adam (the wrapped optimizer's options; lr and momentum as they are at that step, so that a
+scheduler's changes reach them) and answer with their parameters, which are copied into the model; the wrapped optimizer's own step
 does not run.
 
 The push happens in step(), after the backward pass: no overlap with it yet."""
@@ -18,24 +18,37 @@ from hora.torch.compression import Compression
 from hora.torch.hooked_optimizer import HookedOptimizer
 
 
-def server_sgd_options(optimizer):
-    """(lr, momentum) of an optimizer the servers can run; ValueError for any other."""
-    if not isinstance(optimizer, torch.optim.SGD):
-        raise ValueError(f"mode='ps-async' runs SGD on the servers: wrap a torch.optim.SGD, not "
-                         f"{type(optimizer).__name__}")
+def server_optimizer(optimizer):
+    """What the servers apply ps-async pushes with, as ParameterServerClient takes it: the wrapped
+    torch.optim.SGD's or Adam's options now (every param group alike); ValueError for anything the
+    servers cannot run."""
     groups = optimizer.param_groups
-    for key, neutral in (("dampening", 0), ("weight_decay", 0), ("nesterov", False)):
+    if isinstance(optimizer, torch.optim.SGD):
+        name, neutral_options = "sgd", (("dampening", 0), ("weight_decay", 0), ("nesterov", False))
+        keys = ("lr", "momentum")
+    elif isinstance(optimizer, torch.optim.Adam):
+        name, neutral_options = "adam", (("weight_decay", 0), ("amsgrad", False), ("maximize", False))
+        keys = ("lr", "betas", "eps")
+    else:
+        raise ValueError(f"mode='ps-async' runs SGD or Adam on the servers: wrap a torch.optim.SGD or "
+                         f"torch.optim.Adam, not {type(optimizer).__name__}")
+    for key, neutral in neutral_options:
         if any(g.get(key, neutral) != neutral for g in groups):
-            raise ValueError(f"mode='ps-async': the servers' SGD has no {key}; set it to {neutral!r}")
-    lr, momentum = groups[0]["lr"], groups[0].get("momentum", 0)
-    if any(g["lr"] != lr or g.get("momentum", 0) != momentum for g in groups):
-        raise ValueError("mode='ps-async': every param group must have the same lr and momentum")
-    return float(lr), float(momentum)
+            raise ValueError(f"mode='ps-async': the servers' {type(optimizer).__name__} has no {key}; set it to "
+                             f"{neutral!r}")
+    first = {k: groups[0].get(k, 0) for k in keys}
+    if any(g.get(k, 0) != first[k] for g in groups for k in keys):
+        raise ValueError(f"mode='ps-async': every param group must have the same {' and '.join(keys)}")
+    if name == "sgd":
+        return {"name": name, "lr": float(first["lr"]), "momentum": float(first["momentum"])}
+    beta1, beta2 = first["betas"]
+    return {"name": name, "lr": float(first["lr"]), "beta1": float(beta1), "beta2": float(beta2),
+            "epsilon": float(first["eps"])}
 
 
 class _ParameterServerOptimizer(HookedOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op, mode, max_staleness,
-                 server_options):
+                 server_options):  # server_options: server_optimizer's answer, or None (ps-sync)
         all_params = self._wrap_parameters(params, named_parameters, compression, backward_passes_per_step,
                                            "ps")
         self._mode = mode
@@ -46,13 +59,11 @@ class _ParameterServerOptimizer(HookedOptimizer):
                                  f"{self._parameter_names[p]} is {p.dtype} on {p.device}")
             if not p.data.is_contiguous():
                 p.data = p.data.contiguous()
-        lr, momentum = server_options if mode == PS_ASYNC else (0.0, 0.0)
         self.parameter_server_step = None  # the last step's PsStep
         self._client = ParameterServerClient(
             [p.numel() for p in self._params], mode, average=(op == Average), max_staleness=max_staleness,
-            lr=lr, momentum=momentum,
             # ps-async: every worker starts from the servers' parameters (worker 0's).
-            initial=[p.data.data_ptr() for p in self._params] if mode == PS_ASYNC else ())
+            initial=[p.data.data_ptr() for p in self._params] if mode == PS_ASYNC else (), optimizer=server_options)
 
     def synchronize(self):
         """Pushes the gradients and takes in the servers' answer (step() calls it)."""
@@ -66,8 +77,9 @@ class _ParameterServerOptimizer(HookedOptimizer):
                 p.grad = p.grad.contiguous()
             grads.append(p.grad)
         outputs = grads if self._mode == PS_SYNC else [p.data for p in self._params]
-        if self._mode == PS_ASYNC:
-            self._client.set_sgd(*server_sgd_options(self))  # this step's, as a scheduler left them
+        if self._mode == PS_ASYNC:  # this step's lr and momentum, as a scheduler left them
+            now = server_optimizer(self)
+            self._client.set_sgd(now["lr"], now.get("momentum", 0.0))
         with torch.no_grad():
             self.parameter_server_step = self._client.step([g.data_ptr() for g in grads],
                                                            [o.data_ptr() for o in outputs])
@@ -93,6 +105,6 @@ def ps_optimizer(wrap, optimizer, named_parameters, compression, backward_passes
         raise ValueError(f"mode={mode!r} reduces with op=Average or op=Sum only")
     if compression is not Compression.none:
         raise ValueError(f"mode={mode!r} does not compress gradients yet: use compression=Compression.none")
-    server_options = server_sgd_options(optimizer) if mode == PS_ASYNC else None
+    server_options = server_optimizer(optimizer) if mode == PS_ASYNC else None
     return wrap(optimizer, _ParameterServerOptimizer, named_parameters, compression, backward_passes_per_step, op,
                 mode, max_staleness, server_options)

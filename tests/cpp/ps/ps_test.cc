@@ -167,12 +167,12 @@ TEST(PsShardState, AsyncAppliesSgdWithMomentumInArrivalOrder) {
   for (size_t i = 0; i < 3; ++i) EXPECT_NEAR(final_params[i], p[i], 1e-4 * (1 + std::abs(p[i])));
 }
 
-// Keras' form (keras_sgd): v = m v - lr g; p += v, which differs from torch's once lr changes.
+// Keras' form (keras_form): v = m v - lr g; p += v, which differs from torch's once lr changes.
 TEST(PsShardState, AsyncAppliesKerasSgdWhenRegisteredSo) {
   ps::ShardState state("parameter server 0", 1);
   const auto d = common::Deadline::after(10s);
   ps::Registration r = registration(ps::Mode::kAsync, 1, 2);
-  r.keras_sgd = 1;
+  r.keras_form = 1;
   state.registerWorker(0, r, {1.0f, -1.0f}, d);
   double p[2] = {1.0, -1.0}, v[2] = {0.0, 0.0};
   for (int s = 1; s <= 6; ++s) {
