@@ -156,9 +156,10 @@ enum class Compression {
 // through the job's parameter servers (horarun --servers K; docs/parameter_servers.md):
 //   kPsSync:  the servers sum every worker's gradients; each worker gets the mean (kAverage) or
 //             the sum (kSum) in .grad(), allreduce's result, and the wrapped optimizer steps.
-//   kPsAsync: the servers apply each worker's gradients at once with SGD (the wrapped
-//             torch::optim::SGD's lr and momentum at each step) and the worker takes their
-//             parameters; the wrapped optimizer's own step does not run.
+//   kPsAsync: the servers apply each worker's gradients at once with the wrapped
+//             torch::optim::SGD or Adam (its options; lr and momentum as they are at each
+//             step) and the worker takes their parameters; the wrapped optimizer's own step
+//             does not run.
 enum class Exchange { kAllreduce, kPsSync, kPsAsync };
 
 struct DistributedOptimizerOptions {

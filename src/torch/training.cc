@@ -72,35 +72,54 @@ void checkParameterServerOptions(const DistributedOptimizerOptions& o) {
   }
 }
 
-// kPsAsync: the lr and momentum of the SGD the servers run, which must be `optimizer`'s own.
-std::pair<double, double> serverSgdOptions(::torch::optim::Optimizer& optimizer) {
-  auto* sgd = dynamic_cast<::torch::optim::SGD*>(&optimizer);
-  if (!sgd) {
-    throw InvalidArgumentError("DistributedOptimizer: mode Exchange::kPsAsync runs SGD on the servers: wrap a "
-                               "torch::optim::SGD");
-  }
-  if (sgd->param_groups().empty()) return {0.0, 0.0};  // nothing to train
+// kPsAsync: what the servers run, which must be `optimizer` itself: a torch::optim::SGD or Adam
+// whose param groups agree, without the options the servers lack. `into` keeps mode, average and
+// max_staleness; its optimizer fields are set.
+void readServerOptimizer(::torch::optim::Optimizer& optimizer, PsOptions& into) {
   const std::string mode = "DistributedOptimizer: mode Exchange::kPsAsync: ";
-  const auto& first = static_cast<const ::torch::optim::SGDOptions&>(sgd->param_groups().front().options());
-  for (size_t g = 0; g < sgd->param_groups().size(); ++g) {
-    const auto& o = static_cast<const ::torch::optim::SGDOptions&>(sgd->param_groups()[g].options());
-    const std::string group = " (param group " + std::to_string(g) + " has ";
-    if (o.dampening() != 0) {
-      throw InvalidArgumentError(mode + "the servers' SGD has no dampening; set it to 0" + group +
-                                 c10::str(o.dampening()) + ")");
+  const auto refuse = [&](const std::string& why, size_t group, const std::string& has) {
+    throw InvalidArgumentError(mode + why + " (param group " + std::to_string(group) + " has " + has + ")");
+  };
+  const auto& groups = optimizer.param_groups();
+  if (auto* sgd = dynamic_cast<::torch::optim::SGD*>(&optimizer)) {
+    into.optimizer = PsOptimizer::kSgd;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto& o = static_cast<const ::torch::optim::SGDOptions&>(sgd->param_groups()[g].options());
+      if (o.dampening() != 0) refuse("the servers' SGD has no dampening; set it to 0", g, c10::str(o.dampening()));
+      if (o.weight_decay() != 0)
+        refuse("the servers' SGD has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+      if (o.nesterov()) refuse("the servers' SGD has no nesterov; set it to false", g, "true");
+      if (g > 0 && (o.lr() != into.lr || o.momentum() != into.momentum)) {
+        refuse("every param group must have the same lr and momentum", g,
+               "lr " + c10::str(o.lr()) + ", momentum " + c10::str(o.momentum()) + "; group 0 lr " +
+                   c10::str(into.lr) + ", momentum " + c10::str(into.momentum));
+      }
+      into.lr = o.lr();
+      into.momentum = o.momentum();
     }
-    if (o.weight_decay() != 0) {
-      throw InvalidArgumentError(mode + "the servers' SGD has no weight_decay; set it to 0" + group +
-                                 c10::str(o.weight_decay()) + ")");
-    }
-    if (o.nesterov()) throw InvalidArgumentError(mode + "the servers' SGD has no nesterov; set it to false");
-    if (o.lr() != first.lr() || o.momentum() != first.momentum()) {
-      throw InvalidArgumentError(mode + "every param group must have the same lr and momentum" + group + "lr " +
-                                 c10::str(o.lr()) + ", momentum " + c10::str(o.momentum()) + "; group 0 lr " +
-                                 c10::str(first.lr()) + ", momentum " + c10::str(first.momentum()) + ")");
-    }
+    return;
   }
-  return {first.lr(), first.momentum()};
+  if (auto* adam = dynamic_cast<::torch::optim::Adam*>(&optimizer)) {
+    into.optimizer = PsOptimizer::kAdam;
+    into.momentum = 0.0;
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const auto& o = static_cast<const ::torch::optim::AdamOptions&>(adam->param_groups()[g].options());
+      if (o.weight_decay() != 0)
+        refuse("the servers' Adam has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+      if (o.amsgrad()) refuse("the servers' Adam has no amsgrad; set it to false", g, "true");
+      const auto [beta1, beta2] = o.betas();
+      if (g > 0 && (o.lr() != into.lr || beta1 != into.beta1 || beta2 != into.beta2 || o.eps() != into.epsilon)) {
+        refuse("every param group must have the same lr, betas and eps", g,
+               "lr " + c10::str(o.lr()) + "; group 0 lr " + c10::str(into.lr));
+      }
+      into.lr = o.lr();
+      into.beta1 = beta1;
+      into.beta2 = beta2;
+      into.epsilon = o.eps();
+    }
+    return;
+  }
+  throw InvalidArgumentError(mode + "the servers run SGD or Adam: wrap a torch::optim::SGD or torch::optim::Adam");
 }
 
 }  // namespace
@@ -201,7 +220,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
   ps.mode = options_.mode == Exchange::kPsAsync ? PsMode::kAsync : PsMode::kSync;
   ps.average = options_.op == ReduceOp::kAverage;
   ps.max_staleness = options_.max_staleness;
-  if (options_.mode == Exchange::kPsAsync) std::tie(ps.lr, ps.momentum) = serverSgdOptions(*optimizer_);
+  if (options_.mode == Exchange::kPsAsync) readServerOptimizer(*optimizer_, ps);
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : named_parameters) names[item.value().unsafeGetTensorImpl()] = item.key();
   for (const auto& group : optimizer_->param_groups()) {
@@ -315,8 +334,9 @@ void DistributedOptimizer::pushToServers() {
   // The servers apply this push with the optimizer's lr and momentum now: a scheduler's changes
   // reach them.
   if (options_.mode == Exchange::kPsAsync) {
-    const auto [lr, momentum] = serverSgdOptions(*optimizer_);
-    servers_->setSgd(lr, momentum);
+    PsOptions now;
+    readServerOptimizer(*optimizer_, now);
+    servers_->setSgd(now.lr, now.momentum);
   }
   ps_step_ = servers_->step(gradients, outputs);
 }

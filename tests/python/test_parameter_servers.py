@@ -246,13 +246,13 @@ def test_cpp_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, op):
             np.testing.assert_allclose(got[mode]["bias"], b, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
 
 
-@pytest.mark.parametrize("staleness", [-1, 1])
-def test_cpp_ps_async_matches_a_replay_of_the_servers_order(tmp_path, staleness):
+@pytest.mark.parametrize("staleness,optimizer", [(-1, "sgd"), (1, "sgd"), (-1, "adam")])
+def test_cpp_ps_async_matches_a_replay_of_the_servers_order(tmp_path, staleness, optimizer):
     steps = 10
-    out = cpp_job(2, 1, tmp_path, "async", staleness, steps)
+    out = cpp_job(2, 1, tmp_path, "async", staleness, steps, optimizer)
     assert out.returncode == 0, out.stdout + out.stderr
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    expect_a_replay_of_the_servers_order(runs, steps, held=staleness >= 0)
+    expect_a_replay_of_the_servers_order(runs, steps, held=staleness >= 0, adam=(optimizer == "adam"))
     if staleness >= 0:
         for run in runs:
             assert all(e["step"] - e["slowest"] <= staleness for e in run["log"]), run["log"]

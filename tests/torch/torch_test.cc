@@ -491,7 +491,10 @@ TEST(ParameterServerModes, UnsupportedOptionsAreRefusedNamingTheOptionAndValue) 
   hvd::DistributedOptimizerOptions async;
   async.mode = hvd::Exchange::kPsAsync;
   std::vector<at::Tensor> params = model->parameters();
-  expectInvalidArgument(make(async, adam(params)), {"runs SGD on the servers", "torch::optim::SGD"});
+  expectInvalidArgument(make(async, std::make_shared<torch::optim::RMSprop>(params)),
+                        {"run SGD or Adam", "torch::optim::Adam"});
+  expectInvalidArgument(make(async, std::make_shared<torch::optim::Adam>(params, torch::optim::AdamOptions(0.1).amsgrad(true))),
+                        {"no amsgrad"});
   using torch::optim::SGDOptions;
   expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(params, SGDOptions(0.1).momentum(0.9).nesterov(true))),
                         {"no nesterov"});
