@@ -199,8 +199,7 @@ void WorkerSet::stop(int rank) {
   }
 }
 
-JobResult WorkerSet::wait(const std::function<std::string()>& check,
-                          const std::function<std::string(const std::vector<int>& ranks)>& tolerate) {
+JobResult WorkerSet::wait(const std::function<std::string()>& check, const Tolerate& tolerate) {
   JobResult result;
   bool interrupted = false;
   std::optional<std::chrono::steady_clock::time_point> kill_at;
@@ -238,35 +237,37 @@ JobResult WorkerSet::wait(const std::function<std::string()>& check,
     if (pid < 0) break;
     auto it = running_.find(pid);
     if (it == running_.end()) continue;
-    const int rank = it->second.rank;
-    const std::string host = it->second.host;
-    const std::vector<int> agent_ranks = it->second.agent_ranks;
+    const Running worker = it->second;
     forget(pid);
     ::kill(-pid, SIGKILL);  // leftovers of a finished worker's process group
-    // A worker stop()ped on purpose ends as it may (an ssh exits 255 on SIGTERM). After a
-    // forwarded signal the workers' own exit codes are its echo (ssh 255, a local worker 143),
-    // not a failure: the job's code stays 128 + the signal.
     const bool stopped = kill_at_.erase(pid) > 0;
-    const bool failed = !stopped && !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    if (failed && result.failed_rank < 0 && !interrupted && tolerate) {
-      if (const std::string why = tolerate(agent_ranks.empty() ? std::vector<int>{rank} : agent_ranks); !why.empty()) {
-        result.tolerated.push_back(describeStatus(rank, agent_ranks, host, status));
-        output_.drain(std::chrono::milliseconds(100));  // its last words before the note
-        std::cerr << "horarun: " << result.tolerated.back() << "; " << why << "\n";
-        continue;
-      }
-    }
-    if (failed && result.failed_rank < 0 && !interrupted) {
-      result.failed_rank = rank;
-      result.exit_code = exitCodeOf(status);
-      result.reason = describeStatus(rank, agent_ranks, host, status);
-      if (!agent_ranks.empty()) result.failed_host = host;
-      stopAll();
-    }
+    if (!interrupted && result.failed_rank < 0) judgeExit(worker, stopped, status, tolerate, result);
   }
   // What the workers wrote last; a grandchild that keeps a pipe open cannot hold horarun long.
   output_.drain(std::chrono::seconds(1));
   return result;
+}
+
+void WorkerSet::judgeExit(const Running& worker, bool stopped, int status, const Tolerate& tolerate,
+                          JobResult& result) {
+  // A worker stop()ped on purpose ends as it may (an ssh exits 255 on SIGTERM). (After a
+  // forwarded signal the workers' own exit codes are its echo, not a failure: not judged.)
+  if (stopped || (WIFEXITED(status) && WEXITSTATUS(status) == 0)) return;
+  const std::string reason = describeStatus(worker.rank, worker.agent_ranks, worker.host, status);
+  if (tolerate) {
+    const std::string why = tolerate(worker.agent_ranks.empty() ? std::vector<int>{worker.rank} : worker.agent_ranks);
+    if (!why.empty()) {
+      result.tolerated.push_back(reason);
+      output_.drain(std::chrono::milliseconds(100));  // its last words before the note
+      std::cerr << "horarun: " << reason << "; " << why << "\n";
+      return;
+    }
+  }
+  result.failed_rank = worker.rank;
+  result.exit_code = exitCodeOf(status);
+  result.reason = reason;
+  if (!worker.agent_ranks.empty()) result.failed_host = worker.host;
+  stopAll();
 }
 
 }  // namespace hora::launcher

@@ -56,8 +56,8 @@ class WorkerSet {
   // code 1), as a failed worker would. `tolerate` is asked about a failed worker (its rank, or
   // a host agent's ranks) before the job is failed: a non-empty answer, printed after the
   // failure's reason, lets the others go on (an asynchronous parameter server job's workers).
-  JobResult wait(const std::function<std::string()>& check = {},
-                 const std::function<std::string(const std::vector<int>& ranks)>& tolerate = {});
+  using Tolerate = std::function<std::string(const std::vector<int>& ranks)>;
+  JobResult wait(const std::function<std::string()>& check = {}, const Tolerate& tolerate = {});
   bool isRunning(int rank) const;
 
   // For an elastic job, whose workers come and go without ending it (elastic_driver.h): `rank`
@@ -95,6 +95,10 @@ class WorkerSet {
     std::vector<int> agent_ranks;
   };
   void forget(pid_t pid);
+  // wait()'s verdict on a worker that exited with `status` (not after a forwarded signal, and
+  // while no failure is recorded): a failure fills `result` and stops the others, unless the
+  // worker was stop()ped or `tolerate` lets it go.
+  void judgeExit(const Running& worker, bool stopped, int status, const Tolerate& tolerate, JobResult& result);
 
   std::map<pid_t, Running> running_;
   std::map<pid_t, std::chrono::steady_clock::time_point> kill_at_;  // stop(): SIGKILL then
