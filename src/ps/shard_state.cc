@@ -84,6 +84,13 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
   if (step != round_)
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
                         " while the servers sum step " + std::to_string(round_));
+  // A worker that said goodbye between rounds (its client closed after an error elsewhere, say)
+  // failed no round (leave), but no later round can complete without it.
+  for (int w = 0; w < workers_; ++w) {
+    if (w != worker && left_[static_cast<size_t>(w)] && steps_[static_cast<size_t>(w)] < step)
+      throw PeerError(name_ + ": worker " + std::to_string(w) + " left after step " +
+                      std::to_string(steps_[static_cast<size_t>(w)]) + "; a ps-sync step needs every worker");
+  }
   if (arrived_ == 0) {
     std::copy(g, g + sum_.size(), sum_.begin());  // 0 + g, without a pass to zero the sum first
   } else {

@@ -240,6 +240,29 @@ TEST(PsShardState, SyncFailsEveryWaitingWorkerWhenOneDies) {
   killer.join();
 }
 
+// A worker that says goodbye between rounds (its client closed after another server failed, say)
+// fails the next push of the others at once, not at its deadline: the round cannot complete.
+TEST(PsShardState, SyncFailsAPushAfterAWorkerSaidGoodbyeBetweenRounds) {
+  ps::ShardState state("parameter server 0", 2);
+  const auto d = common::Deadline::after(10s);
+  state.registerWorker(0, registration(ps::Mode::kSync, 2, 1), {}, d);
+  state.registerWorker(1, registration(ps::Mode::kSync, 2, 1), {}, d);
+  const float g = 1;
+  std::thread other([&] { state.push(1, 1, &g, {}, d); });
+  state.push(0, 1, &g, {}, d);
+  other.join();
+  state.leave(1, false, "");  // bye after step 1
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    state.push(0, 2, &g, {}, d);
+    ADD_FAILURE() << "push returned although worker 1 left";
+  } catch (const PeerError& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter server 0: worker 1 left after step 1"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 1s);
+}
+
 TEST(PsShardState, RegistrationsMustAgree) {
   ps::ShardState state("parameter server 0", 2);
   const auto d = common::Deadline::after(10s);
