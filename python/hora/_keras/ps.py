@@ -5,8 +5,8 @@ ps-sync: the gradients Keras computed are pushed and replaced by the servers' me
 or sum (op=Sum) over the workers; the wrapped optimizer then applies them as after an allreduce.
 ps-async: the gradients are pushed, the servers apply them with their own SGD or Adam (the wrapped
 optimizer's options; the learning rate and momentum of that step: a schedule's value, or what a
-callback such as LearningRateWarmupCallback set) and answer with their parameters, which are assigned to the
-model's variables; the wrapped optimizer's own update does not run.
+callback such as LearningRateWarmupCallback set) and answer with their parameters, which are
+assigned to the model's variables; the wrapped optimizer's own update does not run.
 
 The exchange is a tf.numpy_function, so it runs eagerly and inside the train step Keras traces;
 the client connects at the first step, when the variables are known."""
@@ -43,17 +43,16 @@ def server_optimizer(optimizer):
 def sgd_now(optimizer):
     """The learning rate and (SGD's) momentum `optimizer` would apply at this step, as float32
     tensors: a schedule's value at its iterations, or the variable a callback sets."""
-    momentum = float(getattr(optimizer, "momentum", 0.0)) if type(optimizer).__name__ == "SGD" else 0.0
+    sgd = type(optimizer).__name__ == "SGD"
     if hasattr(optimizer, "_decayed_lr"):  # Keras 2's OptimizerV2 (optimizers.legacy): schedule, decay
-        if momentum:
-            return optimizer._decayed_lr(tf.float32), optimizer._get_hyper("momentum", tf.float32)
-        return optimizer._decayed_lr(tf.float32), tf.constant(0.0)
+        momentum = optimizer._get_hyper("momentum", tf.float32) if sgd else tf.constant(0.0)
+        return optimizer._decayed_lr(tf.float32), momentum
     lr = optimizer._learning_rate
     if callable(lr) and hasattr(lr, "get_config"):  # a LearningRateSchedule
         lr = lr(optimizer.iterations)
     else:
         lr = optimizer.learning_rate  # the variable (Keras 3's property also evaluates schedules)
-    return tf.cast(lr, tf.float32), tf.constant(momentum, tf.float32)
+    return tf.cast(lr, tf.float32), tf.constant(float(optimizer.momentum) if sgd else 0.0, tf.float32)
 
 
 def dense_float32(grad, variable):

@@ -5,8 +5,8 @@ ps-sync: step() pushes every gradient, the servers answer with the mean (op=Aver
 (op=Sum) over the workers, written back into .grad, and the wrapped optimizer steps as after an
 allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD or
 Adam (the wrapped optimizer's options; lr and momentum as they are at that step, so that a
-scheduler's changes reach them) and answer with their parameters, which are copied into the model; the wrapped optimizer's own step
-does not run.
+scheduler's changes reach them) and answer with their parameters, which are copied into the
+model; the wrapped optimizer's own step does not run.
 
 The push happens in step(), after the backward pass: no overlap with it yet."""
 
