@@ -13,7 +13,9 @@
 // Errors: PeerError naming the server when one dies or answers with an error (a worker that died
 // in a sync job), TimeoutError when an answer does not come within options.timeout (naming the
 // worker the server waits for), MismatchError when the workers registered different tensors or
-// options. Not thread-safe: one thread drives a client. Move-only; the destructor says goodbye.
+// options. One thread drives a client (ready() may come from another thread, as a backward
+// pass's hooks do, but not during step()); it runs a thread per server for the pushes. Move-only;
+// the destructor says goodbye.
 #pragma once
 
 #include <cstddef>
@@ -79,8 +81,14 @@ class HORA_API ParameterServerClient {
   ParameterServerClient(ParameterServerClient&&) noexcept;
   ParameterServerClient& operator=(ParameterServerClient&&) noexcept;
 
-  // Pushes `gradients` (one pointer per tensor, read) and writes the answer into `outputs` (kSync:
-  // the reduced gradients, which may be `gradients` themselves; kAsync: the parameters).
+  // Tensor `tensor`'s gradient of the next step is final at `gradient` (read until step()
+  // returns): its push may begin while the backward pass computes the rest (a frontend's hook
+  // calls it). Optional; InvalidArgumentError for a tensor readied twice in one step. Does
+  // nothing after a failure or close(): step() reports it.
+  void ready(size_t tensor, const float* gradient);
+  // Pushes `gradients` (one pointer per tensor, read; those readied already are taken from
+  // there) and writes the answer into `outputs` (kSync: the reduced gradients, which may be
+  // `gradients` themselves; kAsync: the parameters), once every gradient has been read.
   PsStep step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs);
   // kAsync: the learning rate (and SGD's momentum) the servers apply this worker's next pushes
   // with (options.lr and momentum until called): for a schedule, a warm-up or a callback that

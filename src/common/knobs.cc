@@ -122,7 +122,8 @@ constexpr KnobSpec kKnobs[] = {
      "An engine holds queued allreduces back until this many bytes are queued, another request "
      "comes, a thread waits for (or polls) one of them, or another rank starts a cycle; then "
      "they are negotiated and fused together. Gradients thus go in buckets, not one cycle each. "
-     "0 = start a cycle for every request."},
+     "0 = start a cycle for every request. Parameter server modes: a worker pushes its "
+     "gradients to each server in parts of this size as the backward pass produces them."},
     {"HORA_FUSION_THRESHOLD", "HOROVOD_FUSION_THRESHOLD", G::kTuning, S::kJob, "128M",
      "Largest fused allreduce in bytes; 0 turns fusion off."},
     {"HORA_STALL_CHECK_TIME_SECONDS", "HOROVOD_STALL_CHECK_TIME_SECONDS", G::kTuning, S::kRank, "60",

@@ -1,9 +1,15 @@
 // ParameterServerClient (include/hora/ps.h): a worker's channels to every server, and the
 // gathering of its tensors into each server's shard and back (sharding.h).
+#include <pthread.h>
+
+#include <algorithm>
+#include <condition_variable>
 #include <cstring>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <system_error>
+#include <string>
 #include <thread>
 #include <variant>
 #include <vector>
@@ -40,9 +46,23 @@ PsJob PsJob::fromEnvironment() {
   return job;
 }
 
+// Note [overlapped pushes]: a frontend that learns of each gradient as the backward pass
+// produces it (hora.torch's hooks) calls ready() for it, and the push of the step goes out in
+// parts while the pass goes on. Each server has a lane, a thread of the client that sends the
+// ready prefix of that server's shard as soon as it holds HORA_BUCKET_BYTES or ends the shard.
+// A shard's pieces are in reverse registration order (sharding.h), about the order in which a
+// backward pass produces gradients, so the prefix grows during the pass. The server gathers the
+// parts and answers the step once the last is in, as it answered a whole push (server.cc).
+// step() readies the rest and waits for every lane. The lanes scatter their replies into the
+// outputs only once every lane has sent its last part, so every gradient is read before any
+// output is written and the outputs may overlap the gradients in any way. A frontend without
+// hooks calls step() alone, and the lanes push the whole shards in parallel: pushed one after
+// another, the servers' links would carry the pushes in turn and S servers would push no faster
+// than one.
+
 namespace {
 
-// One server's part of a step: its reply (or the error it reported), or what its thread threw.
+// One server's part of a step: its reply (or the error it reported), or what its lane threw.
 struct Exchange {
   std::variant<MessageHeader, Error> reply;
   std::exception_ptr thrown;
@@ -58,18 +78,63 @@ bool isTimeout(const std::exception_ptr& thrown) {
   }
 }
 
+// The lock released for a scope, and taken back however the scope ends.
+class Unlocked {
+ public:
+  explicit Unlocked(std::unique_lock<std::mutex>& lock) : lock_(lock) { lock_.unlock(); }
+  ~Unlocked() { lock_.lock(); }
+  Unlocked(const Unlocked&) = delete;
+  Unlocked& operator=(const Unlocked&) = delete;
+
+ private:
+  std::unique_lock<std::mutex>& lock_;
+};
+
+// A server's lane: what its thread and the readying threads share of the step under way.
+struct Lane {
+  std::condition_variable wake;  // the step begins, its ready prefix grows, outputs come, stop
+  size_t ready_end = 0;          // pieces [0, ready_end) of the shard are ready
+  size_t ready_elements = 0;     // their elements
+  size_t sent_elements = 0;      // of those, sent
+  bool sent = false;             // its last part is out, or it failed: it reads no gradient more
+  bool done = false;             // the step's exchange with this server ended, as `result` says
+  Exchange result;
+
+  void reset() {
+    ready_end = ready_elements = sent_elements = 0;
+    sent = done = false;
+    result = {};
+  }
+};
+
 }  // namespace
 
 struct ParameterServerClient::Impl {
   PsJob job;
-  PsOptions options;
+  PsOptions options;  // lr and momentum: guarded by mutex (the lanes read them)
   std::vector<size_t> elements;
   ps::ShardPlan plan;
-  std::vector<std::unique_ptr<Channel>> channels;  // by server
+  std::vector<std::vector<size_t>> servers_of;     // by tensor: the servers holding a piece of it
+  size_t part_elements = 0;                        // HORA_BUCKET_BYTES, in floats
+  std::vector<std::unique_ptr<Channel>> channels;  // by server; the lanes' during a step
   std::vector<std::vector<float>> buffers;         // by server: a shard's worth
   uint64_t step = 0;
   bool closed = false;
   std::optional<Error> broken;  // the first failure: the protocol's state is unknown after it
+
+  // The step under way, shared with the lanes (Note [overlapped pushes]).
+  std::mutex mutex;
+  std::condition_variable all_done;
+  std::vector<const float*> ready;             // by tensor: its gradient once readied, else null
+  bool under_way = false;                      // the step's first tensor was readied
+  uint64_t exchange_step = 0;                  // the step the lanes work on
+  const std::vector<float*>* outputs = nullptr;  // step()'s, once every tensor is ready
+  size_t lanes_sent = 0;
+  bool stopping = false;
+  std::vector<std::unique_ptr<Lane>> lanes;    // by server
+  std::vector<std::thread> threads;            // by server: the lanes' threads
+
+  ~Impl() { stopLanes(); }
 
   void gather(size_t server, const std::vector<const float*>& tensors) {
     float* out = buffers[server].data();
@@ -103,47 +168,135 @@ struct ParameterServerClient::Impl {
     c.receivePayload(buffers[server].data(), h.bytes, deadline);
     return h;
   }
-  // Every server's exchange of step `next` (the push of its shard, gathered already, then its reply,
-  // scattered into `outputs`) on a thread of its own (the first on this one): pushed one after
-  // another, the servers' links would carry the pushes in turn, each idle while the others fill
-  // theirs, and S servers would push no faster than one. Each thread touches only its own
-  // channel, its shard's buffer and its shard's slices of `outputs`, which no other shard
-  // overlaps. Every wait in it ends at `deadline`, so the joins do too; what a thread throws is
-  // kept for the caller.
-  std::vector<Exchange> exchangeWithEveryServer(uint64_t next, const std::vector<float*>& outputs,
-                                                const common::Deadline& deadline) {
-    std::vector<Exchange> done(channels.size());
-    const auto exchange = [&](size_t k) noexcept {
-      try {
-        MessageHeader h;
-        h.kind = MessageKind::kPush;
-        h.worker = static_cast<uint32_t>(job.worker);
-        h.step = next;
-        h.lr = static_cast<float>(options.lr);
-        h.momentum = static_cast<float>(options.momentum);
-        h.bytes = buffers[k].size() * sizeof(float);
-        channels[k]->send(h, buffers[k].data(), deadline);
-        done[k].reply = receiveReply(k, false, deadline);
-        if (std::holds_alternative<MessageHeader>(done[k].reply)) scatter(k, outputs);
-      } catch (...) {
-        done[k].thrown = std::current_exception();
-      }
-    };
-    std::vector<std::jthread> others;
-    others.reserve(channels.size());
-    for (size_t k = 1; k < channels.size(); ++k) {
-      try {
-        others.emplace_back(exchange, k);
-      } catch (const std::system_error&) {
-        // No thread to be had: this server's exchange here, in turn, rather than a step that
-        // pushed to some servers only (the protocol could not go on from there).
-        exchange(k);
-      }
-    }
-    exchange(0);
-    others.clear();  // joins
-    return done;
+
+  void startLanes() {
+    servers_of.resize(elements.size());
+    for (size_t k = 0; k < plan.servers.size(); ++k)
+      for (const ps::Piece& p : plan.servers[k]) servers_of[p.tensor].push_back(k);
+    ready.assign(elements.size(), nullptr);
+    for (size_t k = 0; k < channels.size(); ++k) lanes.push_back(std::make_unique<Lane>());
+    for (size_t k = 0; k < channels.size(); ++k) threads.emplace_back([this, k] { runLane(k); });
   }
+  void stopLanes() {
+    {
+      std::lock_guard lock(mutex);
+      stopping = true;
+      for (auto& lane : lanes) lane->wake.notify_all();
+    }
+    for (auto& t : threads) t.join();
+    threads.clear();
+  }
+
+  // mutex held: the step's exchange begins (the lanes start pushing as tensors come ready).
+  void begin() {
+    under_way = true;
+    exchange_step = step + 1;
+    lanes_sent = 0;
+    outputs = nullptr;
+    for (auto& lane : lanes) {
+      lane->reset();
+      lane->wake.notify_one();
+    }
+  }
+  // mutex held: tensor t's gradient is final for this step; wakes the lanes whose ready prefix
+  // it completes a part of.
+  void markReady(size_t t, const float* gradient) {
+    if (ready[t])
+      throw InvalidArgumentError("parameter server client: tensor " + std::to_string(t) + " was readied twice in step " +
+                                 std::to_string(step + 1));
+    if (!under_way) begin();
+    ready[t] = gradient;
+    for (size_t k : servers_of[t]) {
+      Lane& lane = *lanes[k];
+      const auto& pieces = plan.servers[k];
+      const size_t before = lane.ready_end;
+      while (lane.ready_end < pieces.size() && ready[pieces[lane.ready_end].tensor])
+        lane.ready_elements += pieces[lane.ready_end++].count;
+      if (lane.ready_end != before &&
+          (lane.ready_end == pieces.size() || lane.ready_elements - lane.sent_elements >= part_elements))
+        lane.wake.notify_one();
+    }
+  }
+  // mutex held: lane k reads no gradient more; the last of the lanes lets them all scatter.
+  void markSent(size_t k) {
+    lanes[k]->sent = true;
+    if (++lanes_sent == lanes.size())
+      for (auto& lane : lanes) lane->wake.notify_one();
+  }
+
+  void runLane(size_t k) {
+    const std::string name = "hora-ps-lane" + std::to_string(k);
+    ::pthread_setname_np(::pthread_self(), name.substr(0, 15).c_str());
+    Lane& lane = *lanes[k];
+    uint64_t served = 0;
+    std::unique_lock lock(mutex);
+    for (;;) {
+      lane.wake.wait(lock, [&] { return stopping || exchange_step > served; });
+      if (stopping) return;
+      served = exchange_step;
+      Exchange result;
+      try {
+        exchange(lock, k, served, result);
+      } catch (...) {
+        result.thrown = std::current_exception();
+      }
+      if (!lane.sent) markSent(k);
+      lane.result = std::move(result);
+      lane.done = true;
+      all_done.notify_all();
+    }
+  }
+  // mutex held (released while it sends, receives or copies): lane k's part of step `next`.
+  void exchange(std::unique_lock<std::mutex>& lock, size_t k, uint64_t next, Exchange& result) {
+    Lane& lane = *lanes[k];
+    pushParts(lock, k, next);
+    markSent(k);
+    {
+      Unlocked unlocked(lock);
+      result.reply = receiveReply(k, false, common::Deadline::after(job.options.timeout));
+    }
+    lane.wake.wait(lock, [&] { return stopping || (outputs && lanes_sent == lanes.size()); });
+    if (stopping) throw ShutdownError("the parameter server client was closed during a step");
+    if (std::holds_alternative<MessageHeader>(result.reply)) {
+      Unlocked unlocked(lock);
+      scatter(k, *outputs);
+    }
+  }
+  // mutex held: sends server k's shard of step `next` in parts, each when its pieces are ready
+  // and it holds part_elements or ends the shard (a shard of no elements: one empty part).
+  void pushParts(std::unique_lock<std::mutex>& lock, size_t k, uint64_t next) {
+    Lane& lane = *lanes[k];
+    const auto& pieces = plan.servers[k];
+    size_t first = 0;  // the first piece not sent
+    do {
+      lane.wake.wait(lock, [&] {
+        return stopping || lane.ready_end == pieces.size() || lane.ready_elements - lane.sent_elements >= part_elements;
+      });
+      if (stopping) throw ShutdownError("the parameter server client was closed during a step");
+      const size_t end = lane.ready_end, offset = lane.sent_elements, count = lane.ready_elements - offset;
+      MessageHeader h;
+      h.kind = MessageKind::kPush;
+      h.worker = static_cast<uint32_t>(job.worker);
+      h.step = next;
+      h.lr = static_cast<float>(options.lr);  // the last part's are the ones applied
+      h.momentum = static_cast<float>(options.momentum);
+      h.offset = offset;
+      h.bytes = count * sizeof(float);
+      {
+        Unlocked unlocked(lock);
+        float* out = buffers[k].data() + offset;
+        for (size_t i = first; i < end; ++i) {
+          const ps::Piece& p = pieces[i];
+          std::memcpy(out, ready[p.tensor] + p.offset, p.count * sizeof(float));
+          out += p.count;
+        }
+        channels[k]->send(h, buffers[k].data() + offset, common::Deadline::after(job.options.timeout));
+      }
+      first = end;
+      lane.sent_elements += count;
+    } while (first < pieces.size());
+  }
+
   template <typename Fn>
   auto guarded(Fn fn) {
     if (closed) throw ShutdownError("the parameter server client was closed");
@@ -231,6 +384,10 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
     }
     return 0;
   });
+  const auto env = common::Env::fromProcess();
+  s.part_elements = std::max<size_t>(
+      1, static_cast<size_t>(env.getBytes("HORA_BUCKET_BYTES", 0, int64_t{1} << 40)) / sizeof(float));
+  s.startLanes();
 }
 
 ParameterServerClient::~ParameterServerClient() {
@@ -242,8 +399,19 @@ ParameterServerClient& ParameterServerClient::operator=(ParameterServerClient&&)
 int ParameterServerClient::servers() const { return static_cast<int>(impl_->channels.size()); }
 
 void ParameterServerClient::setSgd(double lr, double momentum) {
+  std::lock_guard lock(impl_->mutex);
   impl_->options.lr = lr;
   impl_->options.momentum = momentum;
+}
+
+void ParameterServerClient::ready(size_t tensor, const float* gradient) {
+  Impl& s = *impl_;
+  if (tensor >= s.elements.size())
+    throw InvalidArgumentError("parameter server client: tensor " + std::to_string(tensor) + " readied; " +
+                               std::to_string(s.elements.size()) + " were registered");
+  if (s.closed || s.broken) return;  // step() says why
+  std::lock_guard lock(s.mutex);
+  s.markReady(tensor, gradient);
 }
 
 PsStep ParameterServerClient::step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs) {
@@ -253,27 +421,38 @@ PsStep ParameterServerClient::step(const std::vector<const float*>& gradients, c
                                std::to_string(gradients.size()) + " gradients and " +
                                std::to_string(outputs.size()) + " outputs");
   return s.guarded([&] {
-    const auto deadline = common::Deadline::after(s.job.options.timeout);
-    const uint64_t step = s.step + 1;
-    // Every gradient is read before any output is written (as when the pushes went in turn):
-    // `outputs` may then overlap `gradients` in any way, not only be them. A memcpy of the model.
-    for (size_t k = 0; k < s.channels.size(); ++k) s.gather(k, gradients);
-    const std::vector<Exchange> done = s.exchangeWithEveryServer(step, outputs, deadline);
+    std::vector<Exchange> done;
+    {
+      std::unique_lock lock(s.mutex);
+      if (!s.under_way) s.begin();
+      for (size_t t = 0; t < gradients.size(); ++t)
+        if (!s.ready[t]) s.markReady(t, gradients[t]);
+      s.outputs = &outputs;
+      for (auto& lane : s.lanes) lane->wake.notify_one();
+      // No deadline of its own: every wait of a lane has one (Note [overlapped pushes]).
+      s.all_done.wait(lock, [&] {
+        return std::all_of(s.lanes.begin(), s.lanes.end(), [](const auto& lane) { return lane->done; });
+      });
+      for (auto& lane : s.lanes) done.push_back(std::move(lane->result));
+      s.under_way = false;
+      s.outputs = nullptr;
+      std::fill(s.ready.begin(), s.ready.end(), nullptr);
+    }
     // A server's reported error (a worker left a sync round) is often the echo of another
-    // server's death: what a thread threw (a broken connection, the cause) goes first, and of
+    // server's death: what a lane threw (a broken connection, the cause) goes first, and of
     // those, one that is not a timeout (another server's wait may have run out meanwhile).
     const Exchange* first = nullptr;
     for (const Exchange& e : done)
       if (e.thrown && (!first || (isTimeout(first->thrown) && !isTimeout(e.thrown)))) first = &e;
     if (first) std::rethrow_exception(first->thrown);
-    PsStep result{step, UINT64_MAX, 0};
+    PsStep result{s.step + 1, UINT64_MAX, 0};
     for (size_t k = 0; k < done.size(); ++k) {
       if (const auto* e = std::get_if<Error>(&done[k].reply)) rethrowAs(*e);
       const MessageHeader& h = std::get<MessageHeader>(done[k].reply);
       result.slowest = std::min(result.slowest, h.slowest);
       if (k == 0) result.version = h.version;
     }
-    s.step = step;
+    s.step = result.step;
     return result;
   });
 }
@@ -282,6 +461,7 @@ void ParameterServerClient::close() {
   Impl& s = *impl_;
   if (s.closed) return;
   s.closed = true;
+  s.stopLanes();  // before the byes: the lanes use the channels during a step
   // Even after a failure, every server still reachable hears that this worker is done (a
   // server cannot tell a finished worker that only closed its connection from one that computes).
   {

@@ -10,11 +10,12 @@
 
 namespace hora::ps {
 
-inline constexpr uint32_t kMessageMagic = 0x31535048;  // "HPS1"
+inline constexpr uint32_t kMessageMagic = 0x32535048;  // "HPS2"
 
 enum class MessageKind : uint8_t {
   kRegister = 1,  // worker -> server: Registration (+ the initial shard in async mode)
-  kPush = 2,      // worker -> server: the gradient shard of step `step`
+  kPush = 2,      // worker -> server: elements [offset, offset + n) of the gradient shard of step
+                  // `step`; a step's parts come in order, and the last one is answered
   kReply = 3,     // server -> worker: floats (a sum, a mean, or the parameters)
   kError = 4,     // server -> worker: why the request failed
   kBye = 5,       // worker -> server: this worker is done
@@ -33,8 +34,9 @@ struct MessageHeader {
   uint64_t version = 0;  // reply: pushes this server has applied in all (async), or rounds (sync)
   float momentum = 0;    // push, async: the momentum it is applied with
   uint32_t reserved2 = 0;
+  uint64_t offset = 0;   // push: the part's first element in the shard (Note [overlapped pushes])
 };
-static_assert(sizeof(MessageHeader) == 56);
+static_assert(sizeof(MessageHeader) == 64);
 
 enum class Mode : uint32_t { kSync = 1, kAsync = 2 };
 

@@ -110,25 +110,24 @@ void Server::session(int worker) {
     state_.leave(worker, true, e.what());
     return;
   }
-  uint64_t step = 0;
-  std::vector<float> gradient;  // the worker's pushes, received in turn
+  Session state;
   try {
-    while (serve(*channel, worker, step, gradient)) {
+    while (serve(*channel, worker, state)) {
     }
   } catch (const Error& e) {
     if (stopping_) return;
     // The worker is gone (its connection broke) or broke the protocol.
     state_.leave(worker, true, e.what());
     if (state_.async()) {
-      HORA_LOG(warn, "{}: {} is gone after step {}; the other workers go on: {}", name_, who, step, e.what());
+      HORA_LOG(warn, "{}: {} is gone after step {}; the other workers go on: {}", name_, who, state.step, e.what());
     } else {
-      HORA_LOG(error, "{}: {} is gone after step {}: {}", name_, who, step, e.what());
+      HORA_LOG(error, "{}: {} is gone after step {}: {}", name_, who, state.step, e.what());
       ++failed_sessions_;
     }
   }
 }
 
-bool Server::serve(Channel& channel, int worker, uint64_t& step, std::vector<float>& gradient) {
+bool Server::serve(Channel& channel, int worker, Session& session) {
   // Between requests a worker computes for as long as it likes: wait without a deadline, but
   // wake for a broken connection (counts as incoming) or stop(), and look every kDepartureLook
   // whether the worker closed its connection without a bye (a client that failed half way
@@ -155,26 +154,19 @@ bool Server::serve(Channel& channel, int worker, uint64_t& step, std::vector<flo
       try {
         const std::vector<float> parameters = state_.registerWorker(worker, r, std::move(initial), deadline);
         if (state_.async()) announceAsync();
+        // Allocated (and its pages touched) once per session: every push fills the whole shard.
+        session.gradient.assign(r.shard_elements, 0.0f);
+        session.shard = r.shard_elements;
+        session.registered = true;
         sendReply(channel, worker, {parameters, 0, 0, 0}, deadline);
       } catch (const Error& e) {
         sendError(channel, worker, e, deadline);
       }
       return true;
     }
-    case MessageKind::kPush: {
-      if (h.bytes % sizeof(float) != 0) channel.fail(MismatchError("pushed " + std::to_string(h.bytes) + " bytes"));
-      // The same size every step: allocated (and its pages touched) once per session.
-      gradient.resize(h.bytes / sizeof(float));
-      channel.receivePayload(gradient.data(), h.bytes, deadline);
-      try {
-        sendReply(channel, worker, state_.push(worker, h.step, gradient.data(), {h.lr, h.momentum}, deadline),
-                  deadline);
-        step = h.step;
-      } catch (const Error& e) {
-        sendError(channel, worker, e, deadline);
-      }
+    case MessageKind::kPush:
+      receivePart(channel, worker, h, session, deadline);
       return true;
-    }
     case MessageKind::kBye:
       state_.leave(worker, false, "");
       return false;
@@ -182,6 +174,31 @@ bool Server::serve(Channel& channel, int worker, uint64_t& step, std::vector<flo
       channel.fail(MismatchError(std::string("sent a ") + toString(h.kind) + " message to a server"));
   }
   return false;
+}
+
+void Server::receivePart(Channel& channel, int worker, const MessageHeader& h, Session& session,
+                         const common::Deadline& deadline) {
+  if (!session.registered) channel.fail(MismatchError("pushed before registering"));
+  // Parts come in order (Note [overlapped pushes]): anything else is a broken client or garbage.
+  const size_t count = h.bytes / sizeof(float);
+  if (h.offset == 0) session.part_step = h.step;
+  if (h.bytes % sizeof(float) != 0 || h.offset != session.received || count > session.shard - session.received ||
+      h.step != session.part_step)
+    channel.fail(MismatchError("pushed " + std::to_string(h.bytes) + " bytes at element " + std::to_string(h.offset) +
+                               " of step " + std::to_string(h.step) + " where element " +
+                               std::to_string(session.received) + " of a shard of " + std::to_string(session.shard) +
+                               " was due"));
+  if (count > 0) channel.receivePayload(session.gradient.data() + h.offset, h.bytes, deadline);
+  session.received += count;
+  if (session.received < session.shard) return;  // more parts of this step to come
+  session.received = 0;
+  try {
+    sendReply(channel, worker, state_.push(worker, h.step, session.gradient.data(), {h.lr, h.momentum}, deadline),
+              deadline);
+    session.step = h.step;
+  } catch (const Error& e) {
+    sendError(channel, worker, e, deadline);
+  }
 }
 
 void Server::announceAsync() {

@@ -25,6 +25,8 @@
 
 namespace hora::ps {
 
+class Channel;
+
 // Set in the job's store (under its prefix) once a worker registered in ps-async mode: horarun
 // then lets the job go on when a worker dies (launcher/ps_servers.h), as the servers do.
 inline constexpr const char* kAsyncJobKey = "ps/async";
@@ -57,9 +59,20 @@ class Server {
 
  private:
   void session(int worker);
+  // What a session keeps between requests.
+  struct Session {
+    uint64_t step = 0;            // the worker's last answered push
+    size_t shard = 0;             // elements, from the registration
+    bool registered = false;
+    std::vector<float> gradient;  // the step's pushed parts, gathered
+    size_t received = 0;          // elements of the step under way received so far
+    uint64_t part_step = 0;       // the step its first part named
+  };
   // One request of `worker`; false when the session should end.
-  // `gradient`: the session's buffer for the pushes.
-  bool serve(class Channel& channel, int worker, uint64_t& step, std::vector<float>& gradient);
+  bool serve(Channel& channel, int worker, Session& session);
+  // A part of a push; when it completes the shard, the step is pushed and answered.
+  void receivePart(Channel& channel, int worker, const MessageHeader& h, Session& session,
+                   const common::Deadline& deadline);
   // Sets kAsyncJobKey once; a store that does not answer only costs the job its tolerance.
   void announceAsync();
 

@@ -42,6 +42,10 @@ ShardPlan planShards(const std::vector<size_t>& tensor_elements, int servers) {
     plan.servers[s].push_back({t, 0, n});
     load[s] += n;
   }
+  // Last registered first: a backward pass produces gradients in about the reverse of the
+  // forward's order, so a shard's prefix is ready early (Note [overlapped pushes], client.cc).
+  for (auto& pieces : plan.servers)
+    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.tensor > b.tensor; });
   return plan;
 }
 

@@ -4,7 +4,8 @@
 // over K servers, a tensor of more than T / K elements is split into K contiguous pieces, one per
 // server (their sizes differ by at most one); the other tensors, largest first, go whole to the
 // server holding the fewest elements so far (ties: the lowest server). A server's shard is its
-// pieces in plan order: the order a push's payload and a reply's floats follow.
+// pieces in reverse tensor order (the order a backward pass produces gradients in, about): the
+// order a push's parts and a reply's floats follow.
 //
 // A pure function of (counts, K): every worker computes the same plan, and layoutHash() lets a
 // server refuse a worker that registers other tensors.

@@ -86,6 +86,14 @@ void bindParameterServers(py::module_& m) {
           py::arg("gradients"), py::arg("outputs"),
           "Pushes the gradients, writes the answer into `outputs`; returns (this worker's step, the slowest "
           "live worker's step, the push's place in the first server's order).")
+      .def(
+          "ready",
+          [](hora::ParameterServerClient& c, size_t tensor, uintptr_t gradient) {
+            c.ready(tensor, reinterpret_cast<const float*>(gradient));
+          },
+          py::arg("tensor"), py::arg("gradient"),
+          "Tensor `tensor`'s gradient of the next step is final at address `gradient` (read until step() "
+          "returns): its push begins while the backward pass goes on.")
       .def("set_sgd", &hora::ParameterServerClient::setSgd, py::arg("lr"), py::arg("momentum"),
            "ps-async: the learning rate and momentum the servers apply this worker's next pushes with.")
       .def("close", [](hora::ParameterServerClient& c) {

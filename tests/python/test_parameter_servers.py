@@ -33,7 +33,7 @@ def horarun(np_, servers, script, out_dir, *args, timeout=400):
 SYNC = textwrap.dedent("""
     import json, sys, numpy as np, torch
     import hora.torch as hvd
-    out, steps = sys.argv[1], int(sys.argv[2])
+    out, steps, variant = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     hvd.init()
     r = hvd.rank()
 
@@ -49,14 +49,28 @@ SYNC = textwrap.dedent("""
     x = torch.from_numpy(data.standard_normal((8, 40)).astype(np.float32))
     y = torch.from_numpy(data.standard_normal((8, 30)).astype(np.float32))
     result = {}
+    # variant plain; "clip": synchronize(), clip, step() under skip_synchronize(); "twice": two
+    # backward passes per step (backward_passes_per_step=2), half the batch each. One ps
+    # optimizer per job: a worker's servers serve it until it closes.
     for mode in ("ps-sync", "allreduce"):
         m = model()
         opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
-                                       named_parameters=m.named_parameters(), mode=mode)
+                                       named_parameters=m.named_parameters(), mode=mode,
+                                       backward_passes_per_step=2 if variant == "twice" else 1)
         for _ in range(steps):
             opt.zero_grad()
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            opt.step()
+            if variant == "twice":
+                for half in (slice(0, 4), slice(4, 8)):
+                    (torch.nn.functional.mse_loss(m(x[half]), y[half]) / 2).backward()
+            else:
+                torch.nn.functional.mse_loss(m(x), y).backward()
+            if variant == "clip":
+                opt.synchronize()
+                torch.nn.utils.clip_grad_norm_(m.parameters(), 0.5)
+                with opt.skip_synchronize():
+                    opt.step()
+            else:
+                opt.step()
         result[mode] = {"weight": m.weight.detach().numpy().tolist(), "bias": m.bias.detach().numpy().tolist()}
     json.dump(result, open(f"{out}/rank{r}.json", "w"))
 """)
@@ -91,18 +105,25 @@ def numpy_sgd_on_reduced_gradients(w, b, data, steps, lr, momentum, average=True
     return w, b
 
 
-@pytest.mark.parametrize("workers,servers", [(2, 1), (3, 2)])
-def test_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers):
+@pytest.mark.parametrize("workers,servers,variant", [(2, 1, "plain"), (3, 2, "plain"), (3, 2, "twice"), (2, 1, "clip")])
+def test_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, variant):
+    """The gradients go out from the backward pass's hooks; two backward passes per step, or a
+    synchronize() and clipping before step(), give what allreduce gives."""
     script = tmp_path / "sync.py"
     script.write_text(SYNC)
-    out = horarun(workers, servers, script, tmp_path, 3)
+    out = horarun(workers, servers, script, tmp_path, 3, variant)
     assert out.returncode == 0, out.stdout + out.stderr
     w, b = numpy_sync_reference(workers, 3)
     for r in range(workers):
         got = json.loads((tmp_path / f"rank{r}.json").read_text())
-        for mode in ("ps-sync", "allreduce"):
-            np.testing.assert_allclose(got[mode]["weight"], w, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
-            np.testing.assert_allclose(got[mode]["bias"], b, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
+        for key, reference in (("weight", w), ("bias", b)):
+            np.testing.assert_allclose(got["ps-sync"][key], got["allreduce"][key], rtol=1e-5, atol=1e-6,
+                                       err_msg=f"rank {r} {variant}")
+            if variant != "clip":  # the halves' mean gradient is the whole batch's
+                np.testing.assert_allclose(got["ps-sync"][key], reference, rtol=1e-5, atol=1e-5,
+                                           err_msg=f"rank {r} {variant}")
+        if variant == "clip":
+            assert not np.allclose(got["ps-sync"]["weight"], w, atol=1e-4), "clipping changed nothing"
 
 
 # ---- ps-async: a replay of the server's order ----
@@ -130,7 +151,12 @@ ASYNC = textwrap.dedent("""
             time.sleep(0.05)  # the slow worker
             open(f"{out}/slow_begun.tmp", "w").write(str(s))
             os.replace(f"{out}/slow_begun.tmp", f"{out}/slow_begun")  # never seen half written
-        p.grad = torch.arange(1, 51, dtype=torch.float32) * 0.01 * (r + 1) + 0.001 * s
+        g = torch.arange(1, 51, dtype=torch.float32) * 0.01 * (r + 1) + 0.001 * s
+        if s % 2:  # through a backward pass: the hooks push, with the lr and momentum set above
+            opt.zero_grad()
+            (p * g).sum().backward()
+        else:
+            p.grad = g
         opt.step()
         schedule.step()
         st = opt.parameter_server_step

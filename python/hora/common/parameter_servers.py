@@ -57,8 +57,14 @@ class ParameterServerClient:
         (those given at construction until called): a schedule's or a callback's changes."""
         self._client.set_sgd(float(lr), float(momentum))
 
+    def ready(self, tensor, gradient):
+        """Tensor number `tensor`'s gradient of the next step is final at address `gradient` (read
+        until step() returns): its push begins while the backward pass computes the rest."""
+        self._client.ready(tensor, gradient)
+
     def step(self, gradients, outputs):
-        """Pushes the buffers at `gradients` and writes the servers' answer at `outputs`."""
+        """Pushes the buffers at `gradients` (those not readied yet) and writes the servers' answer
+        at `outputs`."""
         return PsStep(*self._client.step(list(gradients), list(outputs)))
 
     def close(self):

@@ -8,7 +8,13 @@ Adam (the wrapped optimizer's options; lr and momentum as they are at that step,
 scheduler's changes reach them) and answer with their parameters, which are copied into the
 model; the wrapped optimizer's own step does not run.
 
-The push happens in step(), after the backward pass: no overlap with it yet."""
+A hook on each parameter's gradient accumulator hands the gradient to the client once the
+step's last backward pass has produced it, so the pushes go out while the backward pass goes on
+(Note [overlapped pushes] in src/ps/client.cc); step() (or synchronize()) pushes whatever no hook
+handed over and waits for the servers' answers."""
+
+import contextlib
+import warnings
 
 import torch
 
@@ -59,14 +65,45 @@ class _ParameterServerOptimizer(HookedOptimizer):
                                  f"{self._parameter_names[p]} is {p.dtype} on {p.device}")
             if not p.data.is_contiguous():
                 p.data = p.data.contiguous()
+        self._index = {p: i for i, p in enumerate(self._params)}
         self.parameter_server_step = None  # the last step's PsStep
+        self._step_begun = False  # a hook handed a gradient of this step to the client
+        self._synchronized = False
+        self._should_synchronize = True
         self._client = ParameterServerClient(
             [p.numel() for p in self._params], mode, average=(op == Average), max_staleness=max_staleness,
             # ps-async: every worker starts from the servers' parameters (worker 0's).
             initial=[p.data.data_ptr() for p in self._params] if mode == PS_ASYNC else (), optimizer=server_options)
+        self._register_hooks()
+
+    def _make_hook(self, p):
+        index = self._index[p]
+
+        def hook(*ignore):
+            if not self._count_backward_pass(p):
+                return
+            self._handles[p] = index
+            grad = p.grad
+            if grad is None or grad.is_sparse or not grad.is_contiguous() or grad.dtype != torch.float32:
+                return  # synchronize() makes it a dense float32 one and pushes it
+            self._begin_step()
+            self._client.ready(index, grad.data_ptr())
+
+        return hook
+
+    def _begin_step(self):
+        """Before the step's first push: ps-async pushes carry this step's lr and momentum, as a
+        scheduler left them (it steps after optimizer.step(), so they hold for the whole pass)."""
+        if self._step_begun:
+            return
+        self._step_begun = True
+        if self._mode == PS_ASYNC:
+            now = server_optimizer(self)
+            self._client.set_sgd(now["lr"], now.get("momentum", 0.0))
 
     def synchronize(self):
-        """Pushes the gradients and takes in the servers' answer (step() calls it)."""
+        """Pushes the gradients no hook handed over yet and takes in the servers' answer: ps-sync
+        the reduced gradients in .grad, ps-async the servers' parameters (step() calls it)."""
         grads = []
         for p in self._params:
             if p.grad is None:
@@ -77,16 +114,37 @@ class _ParameterServerOptimizer(HookedOptimizer):
                 p.grad = p.grad.contiguous()
             grads.append(p.grad)
         outputs = grads if self._mode == PS_SYNC else [p.data for p in self._params]
-        if self._mode == PS_ASYNC:  # this step's lr and momentum, as a scheduler left them
-            now = server_optimizer(self)
-            self._client.set_sgd(now["lr"], now.get("momentum", 0.0))
-        with torch.no_grad():
-            self.parameter_server_step = self._client.step([g.data_ptr() for g in grads],
-                                                           [o.data_ptr() for o in outputs])
+        self._begin_step()
+        try:
+            with torch.no_grad():
+                self.parameter_server_step = self._client.step([g.data_ptr() for g in grads],
+                                                               [o.data_ptr() for o in outputs])
+        finally:
+            self._step_begun = False
+            self._handles.clear()
+            for p in self._allreduce_delay:
+                self._allreduce_delay[p] = self.backward_passes_per_step
+        self._synchronized = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """For a step() right after an explicit synchronize(): ps-sync then applies the reduced
+        (e.g. clipped) gradients; ps-async has nothing left to do (the servers applied them)."""
+        self._should_synchronize = False
+        try:
+            yield
+        finally:
+            self._should_synchronize = True
 
     def step(self, closure=None):
         loss = closure() if closure is not None else None
-        self.synchronize()
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() after "
+                              "optimizer.synchronize(): the gradients are pushed a second time. Wrap step() "
+                              "in `with optimizer.skip_synchronize():` when you call synchronize() yourself.")
+            self.synchronize()
+        self._synchronized = False
         if self._mode == PS_SYNC:
             super(self.__class__, self).step()
         return loss
@@ -94,9 +152,6 @@ class _ParameterServerOptimizer(HookedOptimizer):
     def close(self):
         """Tells the servers this worker is done (also done at exit)."""
         self._client.close()
-
-    def _make_hook(self, p):  # no hooks: the push happens in step()
-        raise AssertionError("not used")
 
 
 def ps_optimizer(wrap, optimizer, named_parameters, compression, backward_passes_per_step, op, mode, max_staleness):

@@ -48,8 +48,12 @@ TEST(PsSharding, LargeTensorsAreSplitAcrossEveryServer) {
   expectCoversOnce(plan, sizes);
   for (size_t s = 0; s < 3; ++s) {
     ASSERT_FALSE(plan.servers[s].empty());
-    EXPECT_EQ(plan.servers[s].front().tensor, 1u) << "the large tensor comes first on server " << s;
-    EXPECT_NEAR(static_cast<double>(plan.servers[s].front().count), 1001.0 / 3, 1.0);
+    const auto large = std::find_if(plan.servers[s].begin(), plan.servers[s].end(),
+                                    [](const ps::Piece& p) { return p.tensor == 1; });
+    ASSERT_NE(large, plan.servers[s].end()) << "server " << s << " holds no piece of the large tensor";
+    EXPECT_NEAR(static_cast<double>(large->count), 1001.0 / 3, 1.0);
+    for (size_t i = 1; i < plan.servers[s].size(); ++i)
+      EXPECT_GT(plan.servers[s][i - 1].tensor, plan.servers[s][i].tensor) << "server " << s << ": last registered first";
   }
 }
 
@@ -322,6 +326,14 @@ float gradientAt(int w, int s, size_t t, size_t i) {
   return static_cast<float>((w + 1) * 0.5 * static_cast<double>(i + 1) + static_cast<double>(t) + s);
 }
 
+// PS_READY: a worker readies tensors before step(), as hooks would, in an order of its own (the
+// backward order, or another), leaving one to step() on odd ranks.
+void readySome(ParameterServerClient& client, int rank, const std::vector<std::vector<float>>& grads) {
+  const std::vector<size_t> order = rank % 2 == 0 ? std::vector<size_t>{3, 2, 1, 0} : std::vector<size_t>{1, 3, 0};
+  for (size_t t : order) client.ready(t, grads[t].data());
+  EXPECT_THROW(client.ready(order.front(), grads[order.front()].data()), InvalidArgumentError);
+}
+
 HORA_WORKER_SCENARIO(ps_sync_job) {
   const int rank = envInt("HORA_RANK", 0), workers = envInt("PS_WORKERS", 2), servers = envInt("PS_SERVERS", 1);
   if (rank >= workers) return runServerRole(rank - workers, workers);
@@ -336,6 +348,7 @@ HORA_WORKER_SCENARIO(ps_sync_job) {
         in.push_back(grads[t].data());
         out.push_back(grads[t].data());  // reduced in place, as hora.torch does
       }
+      if (std::getenv("PS_READY")) readySome(client, rank, grads);
       client.step(in, out);
       for (size_t t = 0; t < kSizes.size(); ++t) {
         for (size_t i = 0; i < kSizes[t]; ++i) {
@@ -360,15 +373,20 @@ HORA_WORKER_SCENARIO(ps_sync_job) {
 struct SyncCase {
   int workers, servers;
   std::string transport;
+  bool ready = false;  // tensors readied before step(), pushed in parts of 64 bytes
 };
 
 class PsSyncJob : public ::testing::TestWithParam<SyncCase> {};
 
 TEST_P(PsSyncJob, EveryWorkerGetsTheMean) {
   const SyncCase c = GetParam();
-  ProcessJob job(c.workers + c.servers, "ps_sync_job",
-                 {{"PS_WORKERS", std::to_string(c.workers)}, {"PS_SERVERS", std::to_string(c.servers)},
-                  {"HORA_TRANSPORT", c.transport}});
+  std::map<std::string, std::string> env = {
+      {"PS_WORKERS", std::to_string(c.workers)}, {"PS_SERVERS", std::to_string(c.servers)}, {"HORA_TRANSPORT", c.transport}};
+  if (c.ready) {
+    env["PS_READY"] = "1";
+    env["HORA_BUCKET_BYTES"] = "64";
+  }
+  ProcessJob job(c.workers + c.servers, "ps_sync_job", env);
   const auto outcomes = job.wait(60s);
   for (size_t r = 0; r < outcomes.size(); ++r)
     EXPECT_EQ(outcomes[r].exit_code, 0) << "process " << r << ":\n" << outcomes[r].output;
@@ -376,11 +394,103 @@ TEST_P(PsSyncJob, EveryWorkerGetsTheMean) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, PsSyncJob,
                          ::testing::Values(SyncCase{2, 1, "auto"}, SyncCase{2, 2, "auto"}, SyncCase{3, 1, "auto"},
-                                           SyncCase{3, 2, "auto"}, SyncCase{3, 2, "tcp"}),
+                                           SyncCase{3, 2, "auto"}, SyncCase{3, 2, "tcp"},
+                                           SyncCase{3, 2, "auto", true}, SyncCase{2, 1, "tcp", true}),
                          [](const ::testing::TestParamInfo<SyncCase>& shape) {
                            return std::to_string(shape.param.workers) + "workers" +
-                                  std::to_string(shape.param.servers) + "servers_" + shape.param.transport;
+                                  std::to_string(shape.param.servers) + "servers_" + shape.param.transport +
+                                  (shape.param.ready ? "_readied_in_parts" : "");
                          });
+
+// ready() pushes without step(): worker 1 readies every tensor, then steps only once worker 0's
+// step has returned, which needs worker 1's whole push (worker 0 would time out otherwise).
+HORA_WORKER_SCENARIO(ps_ready_job) {
+  const int rank = envInt("HORA_RANK", 0);
+  if (rank >= 2) return runServerRole(rank - 2, 2);
+  try {
+    const PsJob job = workerJob(rank, 2, 2);
+    ParameterServerClient client(job, kSizes, PsOptions{});
+    rendezvous::TcpStore store(job.rendezvous.address, job.rendezvous.port, job.rendezvous.secret,
+                               common::Deadline::after(5s));
+    std::vector<std::vector<float>> grads(kSizes.size());
+    std::vector<const float*> in;
+    std::vector<float*> out;
+    for (size_t t = 0; t < kSizes.size(); ++t) {
+      for (size_t i = 0; i < kSizes[t]; ++i) grads[t].push_back(static_cast<float>(rank + 1));
+      in.push_back(grads[t].data());
+      out.push_back(grads[t].data());
+    }
+    if (rank == 1) {
+      for (size_t t = 0; t < kSizes.size(); ++t) client.ready(t, grads[t].data());
+      store.get("worker 0 stepped", common::Deadline::after(20s));
+    }
+    client.step(in, out);
+    if (rank == 0) store.set("worker 0 stepped", "1", common::Deadline::after(5s));
+    for (const auto& g : grads)
+      for (float v : g)
+        if (v != 1.5f) return std::printf("MISMATCH: %g where the mean 1.5 was due\n", v), 1;
+    std::printf("worker %d ok\n", rank);
+    return 0;
+  } catch (const Error& e) {
+    std::printf("ERROR: %s\n", e.what());
+    return 10 + static_cast<int>(e.kind());
+  }
+}
+
+TEST(PsOverlap, ReadiedTensorsArePushedBeforeStep) {
+  ProcessJob job(4, "ps_ready_job", {{"HORA_BUCKET_BYTES", "256"}});
+  const auto outcomes = job.wait(60s);
+  for (size_t r = 0; r < outcomes.size(); ++r)
+    EXPECT_EQ(outcomes[r].exit_code, 0) << "process " << r << ":\n" << outcomes[r].output;
+}
+
+// A part that is not the one due (garbage, or a broken client): the server names it and drops
+// the worker, and the other worker of the sync job hears of it instead of waiting.
+HORA_WORKER_SCENARIO(ps_bad_part_job) {
+  const int rank = envInt("HORA_RANK", 0);
+  if (rank >= 2) return runServerRole(rank - 2, 2);
+  const PsJob job = workerJob(rank, 2, 1);
+  if (rank == 1) {
+    ps::Channel channel(ps::Channel::Side::kWorker, 0, 1, job.hostname, job.rendezvous, job.options, "server");
+    ps::Registration r = registration(ps::Mode::kSync, 2, 10);  // as worker 0's client sends it
+    r.lr = r.momentum = 0;
+    r.layout_hash = ps::layoutHash({10});
+    ps::MessageHeader h;
+    h.kind = ps::MessageKind::kRegister;
+    h.worker = 1;
+    h.bytes = sizeof(r);
+    channel.send(h, &r, common::Deadline::after(5s));
+    channel.receiveHeader(common::Deadline::after(5s));  // the (empty) sync reply
+    const std::vector<float> part(4, 1.0f);
+    h.kind = ps::MessageKind::kPush;
+    h.step = 1;
+    h.offset = 6;  // element 0 is due
+    h.bytes = part.size() * sizeof(float);
+    channel.send(h, part.data(), common::Deadline::after(5s));
+    std::this_thread::sleep_for(2s);
+    return 0;
+  }
+  try {
+    ParameterServerClient client(job, {10}, PsOptions{});
+    std::vector<float> g(10, 1.0f);
+    client.step({g.data()}, {g.data()});
+    std::printf("worker 0 stepped\n");
+    return 0;
+  } catch (const Error& e) {
+    std::printf("ERROR: %s\n", e.what());
+    return 10 + static_cast<int>(e.kind());
+  }
+}
+
+TEST(PsOverlap, AnOutOfOrderPartIsNamedAndFailsTheJob) {
+  ProcessJob job(3, "ps_bad_part_job", {});
+  const auto outcomes = job.wait(60s);
+  EXPECT_EQ(outcomes[0].exit_code, 10 + static_cast<int>(ErrorKind::kPeer)) << outcomes[0].output;
+  EXPECT_NE(outcomes[0].output.find("worker 1 died"), std::string::npos) << outcomes[0].output;
+  EXPECT_NE(outcomes[2].output.find("at element 6 of step 1 where element 0 of a shard of 10 was due"),
+            std::string::npos)
+      << outcomes[2].output;
+}
 
 // Workers step until killed or told to stop; they print each step so the test knows when to kill.
 HORA_WORKER_SCENARIO(ps_stepping_job) {
