@@ -6,7 +6,8 @@ without a straggler. Every configuration once per round, rounds repeated (interl
 
   ps_tbf.py run --ns NS... --ips IP... --ssh-key KEY --rate 1gbit --out FILE
                 [--workers 2 4] [--servers 1 2] [--stragglers 0 0.5] [--model cnn] [--repeat 3]
-                [--modes allreduce ps-sync ps-async 'staleness 2' 'staleness 8' ['ps-async m0.5']]
+                [--modes allreduce ps-sync ps-async 'staleness 2' 'staleness 8' ['ps-async m0.5']
+                         ['ps-sync whole' 'ps-async whole']]
                 [--target 0.85 [--eval-every 50] [--give-up 600]]
   ps_tbf.py table FILE... [--json ALL]
 
@@ -40,7 +41,11 @@ import train_bench as tb  # noqa: E402  (the workers and the hang guard)
 # momentum 0.9 made the CNN collapse (docs/parameter_servers.md).
 MODES = [("allreduce", "allreduce", -1, 0.9), ("ps-sync", "ps-sync", -1, 0.9), ("ps-async", "ps-async", -1, 0.9),
          ("staleness 2", "ps-async", 2, 0.9), ("staleness 8", "ps-async", 8, 0.9),
-         ("ps-async m0.5", "ps-async", -1, 0.5)]
+         ("ps-async m0.5", "ps-async", -1, 0.5), ("ps-sync whole", "ps-sync", -1, 0.9),
+         ("ps-async whole", "ps-async", -1, 0.9)]
+# "... whole": the push of a step goes out only once its whole shard is ready (parts of 1024G), not
+# in parts while the backward pass goes on: what the overlap gains.
+WHOLE_PUSH = ["-x", "HORA_BUCKET_BYTES=1024G"]
 DEFAULT_MODES = [m[0] for m in MODES[:5]]
 
 
@@ -62,6 +67,8 @@ def run_one(args, c, steps, warmup):
            "--start-timeout", "300", "-x", "HORA_LOG_LEVEL=error"]
     if s:
         cmd += ["--server-hosts", ",".join(f"{ip}:1" for ip in args.ips[w:w + s])]
+    if c["label"].endswith(" whole"):
+        cmd += WHOLE_PUSH
     cmd += tb.worker_argv("hora", c["model"], args.width, steps, warmup, mode=c["mode"],
                           max_staleness=c["max_staleness"], straggler=c["straggler"], momentum=c["momentum"],
                           target=args.target, eval_every=args.eval_every, give_up=args.give_up)

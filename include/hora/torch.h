@@ -184,9 +184,10 @@ struct DistributedOptimizerOptions {
 // .grad() fields and runs the wrapped optimizer's step. Parameters that got no gradient in a pass
 // are reduced (as zeros) at step(), so every rank issues the same names.
 //
-// In the ps modes there are no hooks: step() pushes every gradient (missing ones as zeros, sparse
-// ones made dense) after the backward pass and takes in the servers' answer. The parameters must
-// be float32 CPU tensors (made contiguous here); a job without servers is InvalidArgumentError.
+// In the ps modes the hooks hand each gradient to the parameter servers' client, whose pushes go
+// out while the backward pass goes on; step() pushes the rest (missing ones as zeros, sparse ones
+// made dense) and takes in the servers' answer. The parameters must be float32 CPU tensors (made
+// contiguous here); a job without servers is InvalidArgumentError.
 class DistributedOptimizer {
  public:
   // named_parameters: module->named_parameters(); every parameter of `optimizer` must be among
@@ -232,6 +233,7 @@ class DistributedOptimizer {
   void startAllreduce(Parameter& p);
   void connectToServers(const PsOptions& options);  // the ps modes' part of the constructor
   void pushToServers();       // the ps modes' synchronize(), under mutex_
+  void readyForServers(size_t index);  // the ps modes' hook, under mutex_
 
   std::shared_ptr<::torch::optim::Optimizer> optimizer_;
   DistributedOptimizerOptions options_;
@@ -239,6 +241,7 @@ class DistributedOptimizer {
   std::vector<Parameter> params_;
   bool synchronized_ = false;
   std::unique_ptr<ParameterServerClient> servers_;  // the ps modes only
+  bool step_begun_ = false;  // the ps modes: a hook readied a gradient of this step
   PsStep ps_step_;
 };
 

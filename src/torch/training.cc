@@ -240,12 +240,12 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
     }
   }
   if (options_.mode != Exchange::kAllreduce) {
-    connectToServers(ps);  // no hooks: the push happens in step()
-    return;
+    connectToServers(ps);
+  } else {
+    int set_size = options_.process_set == 0 ? size()
+                                             : static_cast<int>(engine().processSetRanks(options_.process_set).size());
+    if (set_size == 1) return;  // nothing to average: no hooks
   }
-  int set_size = options_.process_set == 0 ? size()
-                                           : static_cast<int>(engine().processSetRanks(options_.process_set).size());
-  if (set_size == 1) return;  // nothing to average: no hooks
   for (size_t i = 0; i < params_.size(); ++i) {
     Parameter& p = params_[i];
     if (!p.tensor.grad().defined()) p.tensor.mutable_grad() = at::zeros_like(p.tensor);
@@ -270,7 +270,29 @@ void DistributedOptimizer::onGradient(size_t index) {
                                ") times before step(); raise backward_passes_per_step to accumulate locally");
   }
   synchronized_ = false;
-  if (--p.passes_left == 0) startAllreduce(p);
+  if (--p.passes_left > 0) return;
+  if (servers_) {
+    readyForServers(index);
+  } else {
+    startAllreduce(p);
+  }
+}
+
+// The gradient's push may begin while the backward pass goes on (Note [overlapped pushes] in
+// src/ps/client.cc); one that is not a dense contiguous float32 tensor yet is pushed by step().
+void DistributedOptimizer::readyForServers(size_t index) {
+  Parameter& p = params_[index];
+  p.in_flight = true;
+  const at::Tensor& grad = p.tensor.grad();
+  if (!grad.defined() || grad.is_sparse() || !grad.is_contiguous() || grad.scalar_type() != at::kFloat) return;
+  if (!step_begun_ && options_.mode == Exchange::kPsAsync) {
+    // Before the step's first push: its lr and momentum, as a scheduler left them.
+    PsOptions now;
+    readServerOptimizer(*optimizer_, now);
+    servers_->setSgd(now.lr, now.momentum);
+  }
+  step_begun_ = true;
+  servers_->ready(index, grad.data_ptr<float>());
 }
 
 void DistributedOptimizer::startAllreduce(Parameter& p) {
@@ -331,12 +353,17 @@ void DistributedOptimizer::pushToServers() {
     gradients.push_back(grad.data_ptr<float>());
     outputs.push_back(options_.mode == Exchange::kPsSync ? grad.data_ptr<float>() : p.tensor.data_ptr<float>());
   }
-  // The servers apply this push with the optimizer's lr and momentum now: a scheduler's changes
-  // reach them.
-  if (options_.mode == Exchange::kPsAsync) {
+  // The servers apply this push with the optimizer's lr and momentum now, unless a hook began it:
+  // a scheduler's changes reach them.
+  if (options_.mode == Exchange::kPsAsync && !step_begun_) {
     PsOptions now;
     readServerOptimizer(*optimizer_, now);
     servers_->setSgd(now.lr, now.momentum);
+  }
+  step_begun_ = false;
+  for (Parameter& p : params_) {
+    p.in_flight = false;
+    p.passes_left = options_.backward_passes_per_step;
   }
   ps_step_ = servers_->step(gradients, outputs);
 }

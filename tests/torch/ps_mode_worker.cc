@@ -113,7 +113,13 @@ int runAsync(const std::string& out, int64_t max_staleness, int steps, bool adam
     } else {
       static_cast<torch::optim::SGDOptions&>(inner->param_groups()[0].options()).lr(0.05 / s).momentum(s <= 5 ? 0.5 : 0.25);
     }
-    p.mutable_grad() = at::arange(1, 51, at::kFloat) * 0.01 * (r + 1) + 0.001 * s;
+    const at::Tensor g = at::arange(1, 51, at::kFloat) * 0.01 * (r + 1) + 0.001 * s;
+    if (s % 2) {  // through a backward pass: the hook pushes, with the lr and momentum set above
+      optimizer.zero_grad();
+      (p * g).sum().backward();
+    } else {
+      p.mutable_grad() = g;
+    }
     optimizer.step();
     const hora::PsStep& st = optimizer.parameter_server_step();
     log << (s > 1 ? ", " : "") << "{\"step\": " << st.step << ", \"slowest\": " << st.slowest
