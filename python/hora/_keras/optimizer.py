@@ -174,7 +174,13 @@ def create(optimizer, **settings):
     cls = type(base.__name__, (_hooks_for(base), base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__, "__doc__": base.__doc__,
                 "_hora_settings": _Settings(**settings)})
-    return cls.from_config(optimizer.get_config())
+    config = optimizer.get_config()
+    schedule = getattr(optimizer, "_hyper", {}).get("learning_rate")
+    if isinstance(config.get("learning_rate"), dict) and hasattr(schedule, "get_config"):
+        # Keras 2's legacy Adagrad.from_config hands a serialized schedule to the constructor as it
+        # is (the other optimizers deserialize it first): hand it the schedule itself.
+        config["learning_rate"] = schedule
+    return cls.from_config(config)
 
 
 def check_op(op):
