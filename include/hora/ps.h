@@ -4,9 +4,9 @@
 // step, pushes its gradients and pulls what the servers answer:
 //   - kSync: the sum (or the mean) of every worker's gradients of this step, as an allreduce;
 //   - kAsync: the servers' parameters after applying this worker's gradients with the optimizer
-//     they hold (SGD with momentum or Adam; lr and momentum from the options, or as setSgd changed
-//     them); with max_staleness = s the answer waits until no live worker is more than s steps
-//     behind this one.
+//     they hold (SGD with momentum, Adam, Adagrad or RMSprop; lr and momentum from the options, or
+//     as setSgd changed them); with max_staleness = s the answer waits until no live worker is more
+//     than s steps behind this one.
 // Tensors are float32, registered once (their element counts, in the same order on every
 // worker); each server holds a shard of them (src/ps/sharding.h).
 //
@@ -31,7 +31,7 @@ namespace hora {
 
 enum class PsMode { kSync, kAsync };
 // kAsync: the optimizer the servers apply the pushes with.
-enum class PsOptimizer { kSgd, kAdam };
+enum class PsOptimizer { kSgd, kAdam, kAdagrad, kRmsprop };
 
 struct PsOptions {
   PsMode mode = PsMode::kSync;
@@ -39,13 +39,25 @@ struct PsOptions {
   int64_t max_staleness = -1;   // kAsync: -1 = unbounded
   PsOptimizer optimizer = PsOptimizer::kSgd;  // kAsync
   double lr = 0.0;              // kAsync (setSgd changes lr and momentum between steps)
-  double momentum = 0.0;        // kSgd
-  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;  // kAdam
+  double momentum = 0.0;        // kSgd, kRmsprop
+  double beta1 = 0.9, beta2 = 0.999;  // kAdam
+  double epsilon = 1e-8;        // kAdam, kAdagrad, kRmsprop
+  double rho = 0.99;            // kRmsprop: the mean square's decay (torch's alpha, Keras' rho)
+  bool centered = false;        // kRmsprop: divide by the gradients' estimated variance
+  double lr_decay = 0.0;        // kAdagrad: lr / (1 + (t - 1) lr_decay) at the servers' step t
+  double initial_accumulator_value = 0.0;  // kAdagrad
   // kAsync: Keras' form of the update instead of torch's: SGD with momentum v = m v - lr g;
   // p += v (torch: v = m v + g; p -= lr v, the same while lr is constant), Adam with epsilon
-  // added to sqrt(v) before the bias correction (Keras' epsilon hat).
+  // added to sqrt(v) before the bias correction (Keras' epsilon hat), Adagrad and RMSprop with
+  // epsilon inside the square root, and RMSprop's momentum buffer holding lr times the step.
   bool keras_form = false;
 };
+
+// ps-async with N workers acts as momentum of about 1 - 1/N by itself (docs/parameter_servers.md,
+// "ps-async and momentum: why 8 workers collapsed"), so an explicit momentum of 0.9 or more with
+// 4 workers or more compounds it towards divergence. The warning the frontends give then, or ""
+// (they give it once, from worker 0).
+HORA_API std::string asyncMomentumWarning(int workers, double momentum);
 
 // Where the job's servers are: horarun sets these through the environment (fromEnvironment).
 struct PsJob {
@@ -90,8 +102,8 @@ class HORA_API ParameterServerClient {
   // there) and writes the answer into `outputs` (kSync: the reduced gradients, which may be
   // `gradients` themselves; kAsync: the parameters), once every gradient has been read.
   PsStep step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs);
-  // kAsync: the learning rate (and SGD's momentum) the servers apply this worker's next pushes
-  // with (options.lr and momentum until called): for a schedule, a warm-up or a callback that
+  // kAsync: the learning rate (and SGD's or RMSprop's momentum) the servers apply this worker's
+  // next pushes with (options.lr and momentum until called): for a schedule, a warm-up or a callback that
   // changes them between steps. Ignored in kSync.
   void setSgd(double lr, double momentum);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <exception>
 #include <mutex>
@@ -323,7 +324,50 @@ std::string describeServer(rendezvous::Store& store, const PsJob& job, int serve
   }
 }
 
+ps::Optimizer wireOptimizer(PsOptimizer optimizer) {
+  switch (optimizer) {
+    case PsOptimizer::kSgd: return ps::Optimizer::kSgd;
+    case PsOptimizer::kAdam: return ps::Optimizer::kAdam;
+    case PsOptimizer::kAdagrad: return ps::Optimizer::kAdagrad;
+    case PsOptimizer::kRmsprop: return ps::Optimizer::kRmsprop;
+  }
+  throw InvalidArgumentError("unknown PsOptimizer " + std::to_string(static_cast<int>(optimizer)));
+}
+
+// What this worker registers with every server (but the shard's size, set per server).
+ps::Registration registrationOf(const PsJob& job, const PsOptions& options, const std::vector<size_t>& elements) {
+  ps::Registration r;
+  r.mode = options.mode == PsMode::kSync ? ps::Mode::kSync : ps::Mode::kAsync;
+  r.workers = static_cast<uint32_t>(job.workers);
+  r.max_staleness = options.mode == PsMode::kAsync ? options.max_staleness : -1;
+  r.lr = options.lr;
+  r.momentum = options.momentum;
+  r.keras_form = options.keras_form ? 1 : 0;
+  r.optimizer = wireOptimizer(options.optimizer);
+  r.beta1 = options.beta1;
+  // RMSprop's decay of the mean square travels in Adam's beta2, the field of the same role.
+  r.beta2 = options.optimizer == PsOptimizer::kRmsprop ? options.rho : options.beta2;
+  r.epsilon = options.epsilon;
+  r.centered = options.optimizer == PsOptimizer::kRmsprop && options.centered ? 1 : 0;
+  r.lr_decay = options.optimizer == PsOptimizer::kAdagrad ? options.lr_decay : 0.0;
+  r.initial_accumulator = options.optimizer == PsOptimizer::kAdagrad ? options.initial_accumulator_value : 0.0;
+  r.average = options.average ? 1 : 0;
+  r.layout_hash = ps::layoutHash(elements);
+  return r;
+}
+
 }  // namespace
+
+std::string asyncMomentumWarning(int workers, double momentum) {
+  if (workers < 4 || momentum < 0.9) return "";
+  const double implicit = 1.0 - 1.0 / workers;
+  char figures[160];
+  std::snprintf(figures, sizeof(figures), "%d workers and momentum %g: asynchrony alone acts as momentum of about "
+                "1 - 1/%d = %.2f", workers, momentum, workers, implicit);
+  return std::string("ps-async with ") + figures + ", and the two compound (8 workers with momentum 0.9 "
+         "collapsed to a constant output where 0.5 converged); consider a momentum of 0.5 or less, or a smaller "
+         "lr. See docs/parameter_servers.md, section \"ps-async and momentum: why 8 workers collapsed\"";
+}
 
 ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector<size_t>& tensor_elements,
                                              const PsOptions& options, const std::vector<float*>& initial)
@@ -348,19 +392,7 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
                                                    job.rendezvous, s.job.options, who));
     s.buffers.emplace_back(s.plan.shardElements(static_cast<size_t>(k)));
   }
-  ps::Registration r;
-  r.mode = options.mode == PsMode::kSync ? ps::Mode::kSync : ps::Mode::kAsync;
-  r.workers = static_cast<uint32_t>(job.workers);
-  r.max_staleness = options.mode == PsMode::kAsync ? options.max_staleness : -1;
-  r.lr = options.lr;
-  r.momentum = options.momentum;
-  r.keras_form = options.keras_form ? 1 : 0;
-  r.optimizer = options.optimizer == PsOptimizer::kAdam ? ps::Optimizer::kAdam : ps::Optimizer::kSgd;
-  r.beta1 = options.beta1;
-  r.beta2 = options.beta2;
-  r.epsilon = options.epsilon;
-  r.average = options.average ? 1 : 0;
-  r.layout_hash = ps::layoutHash(tensor_elements);
+  ps::Registration r = registrationOf(job, options, tensor_elements);
   s.guarded([&] {
     for (size_t k = 0; k < s.channels.size(); ++k) {
       r.shard_elements = s.buffers[k].size();

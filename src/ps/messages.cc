@@ -16,7 +16,13 @@ const char* toString(MessageKind kind) {
 const char* toString(Mode mode) { return mode == Mode::kSync ? "ps-sync" : mode == Mode::kAsync ? "ps-async" : "?"; }
 
 const char* toString(Optimizer optimizer) {
-  return optimizer == Optimizer::kSgd ? "SGD" : optimizer == Optimizer::kAdam ? "Adam" : "?";
+  switch (optimizer) {
+    case Optimizer::kSgd: return "SGD";
+    case Optimizer::kAdam: return "Adam";
+    case Optimizer::kAdagrad: return "Adagrad";
+    case Optimizer::kRmsprop: return "RMSprop";
+  }
+  return "?";
 }
 
 std::string registrationDifference(const Registration& a, const Registration& b) {
@@ -37,6 +43,10 @@ std::string registrationDifference(const Registration& a, const Registration& b)
   if (a.beta1 != b.beta1) return differs("beta1", a.beta1, b.beta1);
   if (a.beta2 != b.beta2) return differs("beta2", a.beta2, b.beta2);
   if (a.epsilon != b.epsilon) return differs("epsilon", a.epsilon, b.epsilon);
+  if (a.centered != b.centered) return differs("centered", a.centered, b.centered);
+  if (a.lr_decay != b.lr_decay) return differs("lr_decay", a.lr_decay, b.lr_decay);
+  if (a.initial_accumulator != b.initial_accumulator)
+    return differs("initial_accumulator_value", a.initial_accumulator, b.initial_accumulator);
   return "";
 }
 

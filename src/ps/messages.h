@@ -27,12 +27,12 @@ struct MessageHeader {
   uint8_t error_kind = 0;  // kError: a hora::ErrorKind
   uint16_t reserved = 0;
   uint32_t worker = 0;
-  float lr = 0;          // push, async: the learning rate the server's SGD applies it with
+  float lr = 0;          // push, async: the learning rate the server's optimizer applies it with
   uint64_t step = 0;     // push: the worker's step (1, 2, ...); reply: the worker's applied steps
   uint64_t slowest = 0;  // reply: the fewest steps any live worker has had applied
   uint64_t bytes = 0;    // payload
   uint64_t version = 0;  // reply: pushes this server has applied in all (async), or rounds (sync)
-  float momentum = 0;    // push, async: the momentum it is applied with
+  float momentum = 0;    // push, async: the momentum it is applied with (SGD, RMSprop)
   uint32_t reserved2 = 0;
   uint64_t offset = 0;   // push: the part's first element in the shard (Note [overlapped pushes])
 };
@@ -41,7 +41,7 @@ static_assert(sizeof(MessageHeader) == 64);
 enum class Mode : uint32_t { kSync = 1, kAsync = 2 };
 
 // The optimizer an async server applies the pushes with.
-enum class Optimizer : uint32_t { kSgd = 0, kAdam = 1 };
+enum class Optimizer : uint32_t { kSgd = 0, kAdam = 1, kAdagrad = 2, kRmsprop = 3 };
 
 // What a worker tells a server when it connects; every worker of a job must send the same
 // (but its own worker number, which travels in the header).
@@ -53,15 +53,20 @@ struct Registration {
   double momentum = 0;         // (each push then carries its lr and momentum: a schedule's changes)
   uint32_t average = 0;  // sync: 1 = reply with the mean, 0 = the sum
   // async: 1 = Keras' form of the update, 0 = torch's (ShardState). The same parameters for SGD
-  // while lr is constant; a schedule makes them differ, and Adam's epsilon differs.
+  // while lr is constant; a schedule makes them differ (and RMSprop's momentum), and where
+  // epsilon goes differs for Adam, Adagrad and RMSprop.
   uint32_t keras_form = 0;
   uint64_t shard_elements = 0;
   uint64_t layout_hash = 0;
   Optimizer optimizer = Optimizer::kSgd;  // async
-  uint32_t reserved = 0;
-  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;  // async, Adam
+  uint32_t centered = 0;  // async, RMSprop: 1 = divide by the gradients' estimated variance, not mean square
+  // async: Adam's betas and epsilon. RMSprop's decay of the mean square (torch's alpha, Keras' rho)
+  // travels as beta2, the field of the same role in Adam; Adagrad's and RMSprop's epsilon as epsilon.
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
+  double lr_decay = 0;             // async, Adagrad (torch's): lr / (1 + (t - 1) lr_decay) at step t
+  double initial_accumulator = 0;  // async, Adagrad: where the sum of squared gradients starts
 };
-static_assert(sizeof(Registration) == 88);
+static_assert(sizeof(Registration) == 104);
 
 const char* toString(MessageKind kind);
 const char* toString(Mode mode);

@@ -39,6 +39,10 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " says the job has " +
                         std::to_string(r.workers) + " workers; this server was started for " +
                         std::to_string(workers_));
+  if (r.mode == Mode::kAsync && static_cast<uint32_t>(r.optimizer) > static_cast<uint32_t>(Optimizer::kRmsprop))
+    throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " registered optimizer " +
+                               std::to_string(static_cast<uint32_t>(r.optimizer)) +
+                               ", which this server does not know (a worker of a newer hora?)");
   if (!config_) {
     config_ = r;
     sum_.assign(r.shard_elements, 0.0f);
@@ -53,7 +57,11 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
   if (worker == 0) {
     params_ = std::move(initial);
     velocity_.assign(params_.size(), 0.0f);
-    if (r.optimizer == Optimizer::kAdam) second_moment_.assign(params_.size(), 0.0f);
+    if (r.optimizer != Optimizer::kSgd) {
+      const bool adagrad = r.optimizer == Optimizer::kAdagrad;
+      second_moment_.assign(params_.size(), adagrad ? static_cast<float>(r.initial_accumulator) : 0.0f);
+    }
+    if (r.optimizer == Optimizer::kRmsprop && r.centered) mean_gradient_.assign(params_.size(), 0.0f);
     initialized_ = true;
     changed_.notify_all();
   }
@@ -117,10 +125,11 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
 
 ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
                                 const SgdStep& sgd, const common::Deadline& deadline) {
-  if (config_->optimizer == Optimizer::kAdam) {
-    applyAdam(g, sgd.lr);
-  } else {
-    applySgd(g, sgd);
+  switch (config_->optimizer) {
+    case Optimizer::kSgd: applySgd(g, sgd); break;
+    case Optimizer::kAdam: applyAdam(g, sgd.lr); break;
+    case Optimizer::kAdagrad: applyAdagrad(g, sgd.lr); break;
+    case Optimizer::kRmsprop: applyRmsprop(g, sgd); break;
   }
   steps_[static_cast<size_t>(worker)] = step;
   const uint64_t version = ++applied_;
@@ -174,6 +183,53 @@ void ShardState::applyAdam(const float* g, float lr) {
       velocity_[i] = b1 * velocity_[i] + (1 - b1) * g[i];
       second_moment_[i] = b2 * second_moment_[i] + (1 - b2) * g[i] * g[i];
       params_[i] -= step_size * velocity_[i] / (std::sqrt(second_moment_[i]) / root_correction2 + eps);
+    }
+  }
+}
+
+void ShardState::applyAdagrad(const float* g, float lr) {
+  // As torch.optim.Adagrad computes it (epsilon added to the root; the lr decays with the step t,
+  // here the server's count of applied pushes) or Keras' Adagrad (epsilon inside the root, no
+  // decay: lr_decay is 0). No weight decay. Keras 2's legacy Adagrad is torch's form (hora.keras
+  // registers it so).
+  const double t = static_cast<double>(applied_ + 1);
+  const auto clr = static_cast<float>(lr / (1.0 + (t - 1.0) * config_->lr_decay));
+  const auto eps = static_cast<float>(config_->epsilon);
+  if (config_->keras_form) {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      second_moment_[i] += g[i] * g[i];
+      params_[i] -= clr * g[i] / std::sqrt(second_moment_[i] + eps);
+    }
+  } else {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      second_moment_[i] += g[i] * g[i];
+      params_[i] -= clr * g[i] / (std::sqrt(second_moment_[i]) + eps);
+    }
+  }
+}
+
+void ShardState::applyRmsprop(const float* g, const SgdStep& sgd) {
+  // As torch.optim.RMSprop computes it (epsilon added to the root; the momentum buffer holds
+  // g / root, the lr applied after it) or Keras' RMSprop (epsilon inside the root; the buffer holds
+  // lr g / root, so a schedule's lr enters it). No weight decay. With momentum 0 the buffer is
+  // this step's update alone, what both do without one. Keras 2's legacy RMSprop without a
+  // momentum slot is torch's form (hora.keras registers it so).
+  const float lr = sgd.lr, m = sgd.momentum;
+  const auto a = static_cast<float>(config_->beta2), eps = static_cast<float>(config_->epsilon);
+  const bool centered = config_->centered != 0, keras = config_->keras_form != 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    second_moment_[i] = a * second_moment_[i] + (1 - a) * g[i] * g[i];
+    float square = second_moment_[i];
+    if (centered) {
+      mean_gradient_[i] = a * mean_gradient_[i] + (1 - a) * g[i];
+      square -= mean_gradient_[i] * mean_gradient_[i];  // the variance's estimate
+    }
+    if (keras) {
+      velocity_[i] = m * velocity_[i] + lr * g[i] / std::sqrt(square + eps);
+      params_[i] -= velocity_[i];
+    } else {
+      velocity_[i] = m * velocity_[i] + g[i] / (std::sqrt(square) + eps);
+      params_[i] -= lr * velocity_[i];
     }
   }
 }

@@ -7,11 +7,18 @@
 // complete before every session has sent round t's result, since a session reads its worker's
 // push of step t+1 only after sending the reply of step t, so one result buffer is enough and
 // nothing is copied.
-// Async mode: a push is applied at once with the registered optimizer, at the lr (and SGD's
-// momentum) the push carries: SGD with momentum (torch.optim.SGD: v = m v + g, p -= lr v; Keras:
-// v = m v - lr g, p += v) or Adam (m and v the moments, t the pushes this server applied;
-// torch: p -= lr m^ / (sqrt(v^) + eps); Keras: p -= lr sqrt(1 - b2^t) / (1 - b1^t) m / (sqrt(v) +
-// eps)); with max_staleness = s the reply then waits until every live worker has had at
+// Async mode: a push is applied at once with the registered optimizer, at the lr (and momentum)
+// the push carries, t being the pushes this server applied (this one included), in torch's form
+// or Keras' (keras_form):
+//   SGD with momentum: torch.optim.SGD v = m v + g, p -= lr v; Keras v = m v - lr g, p += v.
+//   Adam (m, v the moments): torch p -= lr m^ / (sqrt(v^) + eps); Keras p -= lr sqrt(1 - b2^t) /
+//     (1 - b1^t) m / (sqrt(v) + eps).
+//   Adagrad (s = initial_accumulator + the sum of g^2): torch p -= lr / (1 + (t - 1) lr_decay) g /
+//     (sqrt(s) + eps); Keras p -= lr g / sqrt(s + eps).
+//   RMSprop (a = beta2; q = a q + (1 - a) g^2, centered: c = a c + (1 - a) g and q - c^2 for q
+//     below; b the momentum buffer): torch b = m b + g / (sqrt(q) + eps), p -= lr b; Keras b = m b
+//     + lr g / sqrt(q + eps), p -= b.
+// With max_staleness = s the reply then waits until every live worker has had at
 // least (this worker's steps - s) applied (stale synchronous parallel). Workers that left (bye)
 // or died no longer hold anyone back.
 //
@@ -44,7 +51,7 @@ struct ReplyData {
 };
 
 // What a push is applied with in async mode: the worker's optimizer's values at that step, so
-// that a learning-rate schedule or warm-up reaches the servers.
+// that a learning-rate schedule or warm-up reaches the servers (momentum: SGD's and RMSprop's).
 struct SgdStep {
   float lr = 0;
   float momentum = 0;
@@ -79,6 +86,8 @@ class ShardState {
                       const SgdStep& sgd, const common::Deadline& deadline);
   void applySgd(const float* g, const SgdStep& sgd);  // mutex_ held
   void applyAdam(const float* g, float lr);           // mutex_ held; the update applied_ + 1
+  void applyAdagrad(const float* g, float lr);        // mutex_ held; the update applied_ + 1
+  void applyRmsprop(const float* g, const SgdStep& sgd);  // mutex_ held
   uint64_t slowestLive() const;             // mutex_ held
   std::string workersBehind(uint64_t step) const;  // mutex_ held: "worker 2 (step 4)"
   void checkFailed() const;                 // mutex_ held: rethrows failure_
@@ -89,8 +98,11 @@ class ShardState {
   std::condition_variable changed_;
   std::optional<Registration> config_;       // guarded by mutex_
   bool initialized_ = false;                 // async: parameters set from worker 0
-  std::vector<float> params_, velocity_;     // async (Adam: velocity_ is the first moment)
-  std::vector<float> second_moment_;         // async, Adam
+  // async: velocity_ is SGD's velocity, Adam's first moment, RMSprop's momentum buffer;
+  // second_moment_ Adam's second moment, Adagrad's sum of squares, RMSprop's mean square;
+  // mean_gradient_ centered RMSprop's mean gradient.
+  std::vector<float> params_, velocity_;
+  std::vector<float> second_moment_, mean_gradient_;
   std::vector<float> sum_, result_;          // sync
   std::vector<std::vector<float>> replies_;  // async, by worker: the parameters its reply sends
   uint64_t applied_ = 0;                     // async: pushes applied so far

@@ -22,8 +22,9 @@ std::vector<T*> pointers(const std::vector<uintptr_t>& addresses) {
   return out;
 }
 
-// `optimizer` (ps-async): {"name": "sgd" | "adam", "lr", "momentum", "beta1", "beta2",
-// "epsilon", "keras_form"}, each optional (PsOptions' defaults).
+// `optimizer` (ps-async): {"name": "sgd" | "adam" | "adagrad" | "rmsprop", "lr", "momentum",
+// "beta1", "beta2", "epsilon", "rho", "centered", "lr_decay", "initial_accumulator_value",
+// "keras_form"}, each optional (PsOptions' defaults).
 hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, const py::dict& optimizer) {
   hora::PsOptions o;
   if (mode == "ps-sync") {
@@ -38,18 +39,28 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
   const std::string name = optimizer.contains("name") ? optimizer["name"].cast<std::string>() : "sgd";
   if (name == "adam") {
     o.optimizer = hora::PsOptimizer::kAdam;
+  } else if (name == "adagrad") {
+    o.optimizer = hora::PsOptimizer::kAdagrad;
+  } else if (name == "rmsprop") {
+    o.optimizer = hora::PsOptimizer::kRmsprop;
   } else if (name != "sgd") {
-    throw hora::InvalidArgumentError("parameter server optimizer '" + name + "': expected sgd or adam");
+    throw hora::InvalidArgumentError("parameter server optimizer '" + name +
+                                     "': expected sgd, adam, adagrad or rmsprop");
   }
   const auto number = [&](const char* key, double fallback) {
     return optimizer.contains(key) ? optimizer[key].cast<double>() : fallback;
   };
+  const auto flag = [&](const char* key) { return optimizer.contains(key) && optimizer[key].cast<bool>(); };
   o.lr = number("lr", o.lr);
   o.momentum = number("momentum", o.momentum);
   o.beta1 = number("beta1", o.beta1);
   o.beta2 = number("beta2", o.beta2);
   o.epsilon = number("epsilon", o.epsilon);
-  o.keras_form = optimizer.contains("keras_form") && optimizer["keras_form"].cast<bool>();
+  o.rho = number("rho", o.rho);
+  o.centered = flag("centered");
+  o.lr_decay = number("lr_decay", o.lr_decay);
+  o.initial_accumulator_value = number("initial_accumulator_value", o.initial_accumulator_value);
+  o.keras_form = flag("keras_form");
   return o;
 }
 
@@ -68,8 +79,9 @@ void bindParameterServers(py::module_& m) {
            py::arg("initial") = std::vector<uintptr_t>{}, py::arg("optimizer") = py::dict(),
            "Connects this worker to every parameter server of the job (HORA_PS_SERVERS) and registers "
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
-           "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam', 'lr', 'momentum', 'beta1', 'beta2', "
-           "'epsilon', 'keras_form'}).")
+           "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop', 'lr', 'momentum', "
+           "'beta1', 'beta2', 'epsilon', 'rho', 'centered', 'lr_decay', 'initial_accumulator_value', "
+           "'keras_form'}).")
       .def(
           "step",
           [](hora::ParameterServerClient& c, const std::vector<uintptr_t>& gradients,
@@ -95,10 +107,13 @@ void bindParameterServers(py::module_& m) {
           "Tensor `tensor`'s gradient of the next step is final at address `gradient` (read until step() "
           "returns): its push begins while the backward pass goes on.")
       .def("set_sgd", &hora::ParameterServerClient::setSgd, py::arg("lr"), py::arg("momentum"),
-           "ps-async: the learning rate and momentum the servers apply this worker's next pushes with.")
+           "ps-async: the learning rate and momentum (SGD's, RMSprop's) the servers apply this worker's next "
+           "pushes with.")
       .def("close", [](hora::ParameterServerClient& c) {
         py::gil_scoped_release release;
         c.close();
       })
       .def_property_readonly("servers", &hora::ParameterServerClient::servers);
+  m.def("async_momentum_warning", &hora::asyncMomentumWarning, py::arg("workers"), py::arg("momentum"),
+        "What to warn of when ps-async with this many workers runs with this explicit momentum, or ''.");
 }

@@ -1,6 +1,8 @@
 // hora::torch's training helpers: starting every rank from the same state, averaging metrics,
 // and the DistributedOptimizer (by allreduce, or through the parameter servers: include/hora/ps.h).
 #include <algorithm>
+#include <atomic>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -72,54 +74,116 @@ void checkParameterServerOptions(const DistributedOptimizerOptions& o) {
   }
 }
 
-// kPsAsync: what the servers run, which must be `optimizer` itself: a torch::optim::SGD or Adam
-// whose param groups agree, without the options the servers lack. `into` keeps mode, average and
-// max_staleness; its optimizer fields are set.
+// kPsAsync: why `optimizer` cannot run on the servers, naming the param group and its value.
+[[noreturn]] void refuseServerOption(const std::string& why, size_t group, const std::string& has) {
+  throw InvalidArgumentError("DistributedOptimizer: mode Exchange::kPsAsync: " + why + " (param group " +
+                             std::to_string(group) + " has " + has + ")");
+}
+
+template <typename OptionsT>
+const OptionsT& groupOptions(::torch::optim::Optimizer& optimizer, size_t group) {
+  return static_cast<const OptionsT&>(optimizer.param_groups()[group].options());
+}
+
+void readSgd(::torch::optim::Optimizer& optimizer, PsOptions& into) {
+  into.optimizer = PsOptimizer::kSgd;
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& o = groupOptions<::torch::optim::SGDOptions>(optimizer, g);
+    if (o.dampening() != 0)
+      refuseServerOption("the servers' SGD has no dampening; set it to 0", g, c10::str(o.dampening()));
+    if (o.weight_decay() != 0)
+      refuseServerOption("the servers' SGD has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+    if (o.nesterov()) refuseServerOption("the servers' SGD has no nesterov; set it to false", g, "true");
+    if (g > 0 && (o.lr() != into.lr || o.momentum() != into.momentum)) {
+      refuseServerOption("every param group must have the same lr and momentum", g,
+                         "lr " + c10::str(o.lr()) + ", momentum " + c10::str(o.momentum()) + "; group 0 lr " +
+                             c10::str(into.lr) + ", momentum " + c10::str(into.momentum));
+    }
+    into.lr = o.lr();
+    into.momentum = o.momentum();
+  }
+}
+
+void readAdam(::torch::optim::Optimizer& optimizer, PsOptions& into) {
+  into.optimizer = PsOptimizer::kAdam;
+  into.momentum = 0.0;
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& o = groupOptions<::torch::optim::AdamOptions>(optimizer, g);
+    if (o.weight_decay() != 0)
+      refuseServerOption("the servers' Adam has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+    if (o.amsgrad()) refuseServerOption("the servers' Adam has no amsgrad; set it to false", g, "true");
+    const auto [beta1, beta2] = o.betas();
+    if (g > 0 && (o.lr() != into.lr || beta1 != into.beta1 || beta2 != into.beta2 || o.eps() != into.epsilon)) {
+      refuseServerOption("every param group must have the same lr, betas and eps", g,
+                         "lr " + c10::str(o.lr()) + "; group 0 lr " + c10::str(into.lr));
+    }
+    into.lr = o.lr();
+    into.beta1 = beta1;
+    into.beta2 = beta2;
+    into.epsilon = o.eps();
+  }
+}
+
+void readAdagrad(::torch::optim::Optimizer& optimizer, PsOptions& into) {
+  into.optimizer = PsOptimizer::kAdagrad;
+  into.momentum = 0.0;
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& o = groupOptions<::torch::optim::AdagradOptions>(optimizer, g);
+    if (o.weight_decay() != 0)
+      refuseServerOption("the servers' Adagrad has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+    if (g > 0 && (o.lr() != into.lr || o.lr_decay() != into.lr_decay || o.eps() != into.epsilon ||
+                  o.initial_accumulator_value() != into.initial_accumulator_value)) {
+      refuseServerOption("every param group must have the same lr, lr_decay, eps and initial_accumulator_value", g,
+                         "lr " + c10::str(o.lr()) + ", lr_decay " + c10::str(o.lr_decay()) + "; group 0 lr " +
+                             c10::str(into.lr) + ", lr_decay " + c10::str(into.lr_decay));
+    }
+    into.lr = o.lr();
+    into.lr_decay = o.lr_decay();
+    into.epsilon = o.eps();
+    into.initial_accumulator_value = o.initial_accumulator_value();
+  }
+}
+
+void readRmsprop(::torch::optim::Optimizer& optimizer, PsOptions& into) {
+  into.optimizer = PsOptimizer::kRmsprop;
+  for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
+    const auto& o = groupOptions<::torch::optim::RMSpropOptions>(optimizer, g);
+    if (o.weight_decay() != 0)
+      refuseServerOption("the servers' RMSprop has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+    if (g > 0 && (o.lr() != into.lr || o.alpha() != into.rho || o.eps() != into.epsilon ||
+                  o.momentum() != into.momentum || o.centered() != into.centered)) {
+      refuseServerOption("every param group must have the same lr, alpha, eps, momentum and centered", g,
+                         "lr " + c10::str(o.lr()) + ", momentum " + c10::str(o.momentum()) + "; group 0 lr " +
+                             c10::str(into.lr) + ", momentum " + c10::str(into.momentum));
+    }
+    into.lr = o.lr();
+    into.rho = o.alpha();  // the decay of the mean square, rho on the servers
+    into.epsilon = o.eps();
+    into.momentum = o.momentum();
+    into.centered = o.centered();
+  }
+}
+
+// kPsAsync: what the servers run, which must be `optimizer` itself: a torch::optim::SGD, Adam,
+// Adagrad or RMSprop whose param groups agree, without the options the servers lack. `into` keeps
+// mode, average and max_staleness; its optimizer fields are set.
 void readServerOptimizer(::torch::optim::Optimizer& optimizer, PsOptions& into) {
-  const std::string mode = "DistributedOptimizer: mode Exchange::kPsAsync: ";
-  const auto refuse = [&](const std::string& why, size_t group, const std::string& has) {
-    throw InvalidArgumentError(mode + why + " (param group " + std::to_string(group) + " has " + has + ")");
-  };
-  const auto& groups = optimizer.param_groups();
-  if (auto* sgd = dynamic_cast<::torch::optim::SGD*>(&optimizer)) {
-    into.optimizer = PsOptimizer::kSgd;
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const auto& o = static_cast<const ::torch::optim::SGDOptions&>(sgd->param_groups()[g].options());
-      if (o.dampening() != 0) refuse("the servers' SGD has no dampening; set it to 0", g, c10::str(o.dampening()));
-      if (o.weight_decay() != 0)
-        refuse("the servers' SGD has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
-      if (o.nesterov()) refuse("the servers' SGD has no nesterov; set it to false", g, "true");
-      if (g > 0 && (o.lr() != into.lr || o.momentum() != into.momentum)) {
-        refuse("every param group must have the same lr and momentum", g,
-               "lr " + c10::str(o.lr()) + ", momentum " + c10::str(o.momentum()) + "; group 0 lr " +
-                   c10::str(into.lr) + ", momentum " + c10::str(into.momentum));
-      }
-      into.lr = o.lr();
-      into.momentum = o.momentum();
-    }
-    return;
-  }
-  if (auto* adam = dynamic_cast<::torch::optim::Adam*>(&optimizer)) {
-    into.optimizer = PsOptimizer::kAdam;
-    into.momentum = 0.0;
-    for (size_t g = 0; g < groups.size(); ++g) {
-      const auto& o = static_cast<const ::torch::optim::AdamOptions&>(adam->param_groups()[g].options());
-      if (o.weight_decay() != 0)
-        refuse("the servers' Adam has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
-      if (o.amsgrad()) refuse("the servers' Adam has no amsgrad; set it to false", g, "true");
-      const auto [beta1, beta2] = o.betas();
-      if (g > 0 && (o.lr() != into.lr || beta1 != into.beta1 || beta2 != into.beta2 || o.eps() != into.epsilon)) {
-        refuse("every param group must have the same lr, betas and eps", g,
-               "lr " + c10::str(o.lr()) + "; group 0 lr " + c10::str(into.lr));
-      }
-      into.lr = o.lr();
-      into.beta1 = beta1;
-      into.beta2 = beta2;
-      into.epsilon = o.eps();
-    }
-    return;
-  }
-  throw InvalidArgumentError(mode + "the servers run SGD or Adam: wrap a torch::optim::SGD or torch::optim::Adam");
+  if (dynamic_cast<::torch::optim::SGD*>(&optimizer)) return readSgd(optimizer, into);
+  if (dynamic_cast<::torch::optim::Adam*>(&optimizer)) return readAdam(optimizer, into);
+  if (dynamic_cast<::torch::optim::Adagrad*>(&optimizer)) return readAdagrad(optimizer, into);
+  if (dynamic_cast<::torch::optim::RMSprop*>(&optimizer)) return readRmsprop(optimizer, into);
+  throw InvalidArgumentError("DistributedOptimizer: mode Exchange::kPsAsync: the servers run SGD, Adam, Adagrad or "
+                             "RMSprop: wrap a torch::optim::SGD, Adam, Adagrad or RMSprop");
+}
+
+// kPsAsync: the warning of asyncMomentumWarning (include/hora/ps.h), on rank 0, once per process:
+// a log line, as hora's own look, since hora::torch has no logger of its own.
+void warnOfAsyncMomentum(double momentum) {
+  static std::atomic<bool> warned{false};
+  if (warned.load() || rank() != 0) return;
+  const std::string warning = asyncMomentumWarning(size(), momentum);
+  if (warning.empty() || warned.exchange(true)) return;
+  std::cerr << "[hora W rank 0] " << warning << std::endl;
 }
 
 }  // namespace
@@ -220,7 +284,10 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
   ps.mode = options_.mode == Exchange::kPsAsync ? PsMode::kAsync : PsMode::kSync;
   ps.average = options_.op == ReduceOp::kAverage;
   ps.max_staleness = options_.max_staleness;
-  if (options_.mode == Exchange::kPsAsync) readServerOptimizer(*optimizer_, ps);
+  if (options_.mode == Exchange::kPsAsync) {
+    readServerOptimizer(*optimizer_, ps);
+    warnOfAsyncMomentum(ps.momentum);
+  }
   std::unordered_map<const void*, std::string> names;
   for (const auto& item : named_parameters) names[item.value().unsafeGetTensorImpl()] = item.key();
   for (const auto& group : optimizer_->param_groups()) {
@@ -358,6 +425,7 @@ void DistributedOptimizer::pushToServers() {
   if (options_.mode == Exchange::kPsAsync && !step_begun_) {
     PsOptions now;
     readServerOptimizer(*optimizer_, now);
+    warnOfAsyncMomentum(now.momentum);  // a scheduler may have raised it
     servers_->setSgd(now.lr, now.momentum);
   }
   step_begun_ = false;

@@ -131,22 +131,28 @@ def test_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, variant)
 ASYNC = textwrap.dedent("""
     import json, os, sys, time, torch
     import hora.torch as hvd
+    MOMENTUM = {"sgd": (0.5, 0.25), "rmsprop": (0.9, 0.5)}  # up to step 5, after
     out, steps, mode_arg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    adam = len(sys.argv) > 4 and sys.argv[4] == "adam"
+    kind = sys.argv[4] if len(sys.argv) > 4 else "sgd"
     staleness = None if mode_arg == "none" else int(mode_arg)
     hvd.init()
     r = hvd.rank()
     p = torch.nn.Parameter(torch.full((50,), float(r + 1)))  # the servers start from worker 0's
-    inner = (torch.optim.Adam([p], lr=0.05, betas=(0.8, 0.99), eps=1e-3) if adam
-             else torch.optim.SGD([p], lr=0.05, momentum=0.5))
+    inner = {"sgd": lambda: torch.optim.SGD([p], lr=0.05, momentum=0.5),
+             "adam": lambda: torch.optim.Adam([p], lr=0.05, betas=(0.8, 0.99), eps=1e-3),
+             "adagrad": lambda: torch.optim.Adagrad([p], lr=0.05, lr_decay=0.1, eps=1e-3,
+                                                    initial_accumulator_value=0.2),
+             "rmsprop": lambda: torch.optim.RMSprop([p], lr=0.05, alpha=0.9, eps=1e-3, momentum=0.9,
+                                                    centered=True)}[kind]()
     opt = hvd.DistributedOptimizer(inner, named_parameters=[("p", p)], mode="ps-async", max_staleness=staleness)
     start = p.detach().clone().tolist()
-    # A scheduler's changes reach the servers: lr 0.05 / s at step s, SGD's momentum lowered after step 5.
+    # A scheduler's changes reach the servers: lr 0.05 / s at step s, SGD's and RMSprop's momentum
+    # lowered after step 5.
     schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda epoch: 1 / (epoch + 1))
     log = []
     for s in range(1, steps + 1):
-        if not adam:
-            opt.param_groups[0]["momentum"] = 0.5 if s <= 5 else 0.25
+        if kind in MOMENTUM:
+            opt.param_groups[0]["momentum"] = MOMENTUM[kind][s > 5]
         if r == 1:
             time.sleep(0.05)  # the slow worker
             open(f"{out}/slow_begun.tmp", "w").write(str(s))
@@ -172,7 +178,7 @@ ASYNC = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad", "rmsprop"])
 def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer):
     script = tmp_path / "async.py"
     script.write_text(ASYNC)
@@ -180,30 +186,53 @@ def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer):
     out = horarun(2, 1, script, tmp_path, steps, "none", optimizer)
     assert out.returncode == 0, out.stdout + out.stderr
     expect_a_replay_of_the_servers_order([json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)],
-                                         steps, adam=(optimizer == "adam"))
+                                         steps, optimizer=optimizer)
+    # Momentum 0.9 (RMSprop's) with 2 workers is no hazard: no warning.
+    assert "asynchrony alone acts as momentum" not in out.stderr, out.stderr
 
 
-def expect_a_replay_of_the_servers_order(runs, steps, held=False, adam=False):
-    """Each worker's log (the ASYNC script's) agrees with SGD (lr 0.05 / s and momentum 0.5, 0.25
-    after step 5, for a push of step s; or torch's Adam at that lr, betas 0.8 and 0.99, eps 1e-3,
-    its t the server's count of applied pushes) applying every push in the order of the servers' versions, from worker 0's parameters. held (bounded
+class TorchServer:
+    """What the servers run for the ASYNC script's optimizers, in torch's form, in float64: a push
+    of worker step s at lr 0.05 / s, t the server's count of applied pushes."""
+
+    def __init__(self, optimizer):
+        self.optimizer = optimizer
+        self.v, self.m2, self.mean = np.zeros(50), np.zeros(50), np.zeros(50)
+        if optimizer == "adagrad":
+            self.m2 += 0.2  # initial_accumulator_value
+
+    def step(self, p, g, s, t):
+        lr = 0.05 / s
+        if self.optimizer == "adam":  # betas 0.8 and 0.99, eps 1e-3
+            self.v = 0.8 * self.v + 0.2 * g
+            self.m2 = 0.99 * self.m2 + 0.01 * g * g
+            return p - lr / (1 - 0.8 ** t) * self.v / (np.sqrt(self.m2 / (1 - 0.99 ** t)) + 1e-3)
+        if self.optimizer == "adagrad":  # lr_decay 0.1, eps 1e-3
+            self.m2 = self.m2 + g * g
+            return p - lr / (1 + (t - 1) * 0.1) * g / (np.sqrt(self.m2) + 1e-3)
+        if self.optimizer == "rmsprop":  # alpha 0.9, eps 1e-3, centered, momentum 0.9 then 0.5
+            self.m2 = 0.9 * self.m2 + 0.1 * g * g
+            self.mean = 0.9 * self.mean + 0.1 * g
+            self.v = (0.9 if s <= 5 else 0.5) * self.v + g / (np.sqrt(self.m2 - self.mean ** 2) + 1e-3)
+            return p - lr * self.v
+        self.v = (0.5 if s <= 5 else 0.25) * self.v + g  # SGD
+        return p - lr * self.v
+
+
+def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd"):
+    """Each worker's log (the ASYNC script's) agrees with the servers' optimizer (TorchServer: SGD
+    with momentum 0.5, 0.25 after step 5; Adam; Adagrad; centered RMSprop with momentum) applying
+    every push in the order of the servers' versions, from worker 0's parameters. held (bounded
     staleness): an answer held back carries the parameters of when it was let go, after pushes
     applied since its own."""
     for run in runs:
         assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
-    p, v, m2 = np.ones(50), np.zeros(50), np.zeros(50)  # worker 0's parameters start the servers
+    p, server = np.ones(50), TorchServer(optimizer)  # worker 0's parameters start the servers
     states = [p]
     for version, r, s, params in pushes:
-        g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
-        if adam:
-            v = 0.8 * v + 0.2 * g
-            m2 = 0.99 * m2 + 0.01 * g * g
-            p = p - 0.05 / s / (1 - 0.8 ** version) * v / (np.sqrt(m2 / (1 - 0.99 ** version)) + 1e-3)
-        else:
-            v = (0.5 if s <= 5 else 0.25) * v + g
-            p = p - 0.05 / s * v
+        p = server.step(p, np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s, s, version)
         states.append(p)
     for version, r, s, params in pushes:
         if held:
@@ -272,13 +301,15 @@ def test_cpp_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, op):
             np.testing.assert_allclose(got[mode]["bias"], b, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
 
 
-@pytest.mark.parametrize("staleness,optimizer", [(-1, "sgd"), (1, "sgd"), (-1, "adam")])
+@pytest.mark.parametrize("staleness,optimizer", [(-1, "sgd"), (1, "sgd"), (-1, "adam"), (-1, "adagrad"),
+                                                  (-1, "rmsprop")])
 def test_cpp_ps_async_matches_a_replay_of_the_servers_order(tmp_path, staleness, optimizer):
     steps = 10
     out = cpp_job(2, 1, tmp_path, "async", staleness, steps, optimizer)
     assert out.returncode == 0, out.stdout + out.stderr
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    expect_a_replay_of_the_servers_order(runs, steps, held=staleness >= 0, adam=(optimizer == "adam"))
+    expect_a_replay_of_the_servers_order(runs, steps, held=staleness >= 0, optimizer=optimizer)
+    assert "asynchrony alone acts as momentum" not in out.stderr, out.stderr  # 2 workers: no warning
     if staleness >= 0:
         for run in runs:
             assert all(e["step"] - e["slowest"] <= staleness for e in run["log"]), run["log"]
@@ -433,9 +464,87 @@ def test_mode_arguments_are_checked():
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps")
     with pytest.raises(ValueError, match="max_staleness bounds mode='ps-async' only"):
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps-sync", max_staleness=2)
-    with pytest.raises(ValueError, match="runs SGD or Adam on the servers"):
-        hvd.DistributedOptimizer(torch.optim.RMSprop([p]), mode="ps-async")
+    with pytest.raises(ValueError, match="runs SGD, Adam, Adagrad or RMSprop on the servers"):
+        hvd.DistributedOptimizer(torch.optim.Adadelta([p]), mode="ps-async")
+    with pytest.raises(ValueError, match="Adagrad has no weight_decay"):
+        hvd.DistributedOptimizer(torch.optim.Adagrad([p], weight_decay=0.1), mode="ps-async")
+    with pytest.raises(ValueError, match="RMSprop has no maximize"):
+        hvd.DistributedOptimizer(torch.optim.RMSprop([p], maximize=True), mode="ps-async")
+    with pytest.raises(ValueError, match="SGD has no maximize"):
+        hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1, maximize=True), mode="ps-async")
+    q = torch.nn.Parameter(torch.ones(3))
+    with pytest.raises(ValueError, match="every param group must have the same lr, alpha, eps, momentum, centered"):
+        hvd.DistributedOptimizer(torch.optim.RMSprop([{"params": [p]}, {"params": [q], "centered": True}]),
+                                 mode="ps-async")
     with pytest.raises(ValueError, match="Adam has no amsgrad"):
         hvd.DistributedOptimizer(torch.optim.Adam([p], amsgrad=True), mode="ps-async")
     with pytest.raises(ValueError, match="has no nesterov"):
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1, momentum=0.9, nesterov=True), mode="ps-async")
+
+
+# ---- the hazard of momentum in ps-async (docs/parameter_servers.md, "ps-async and momentum") ----
+
+def test_the_momentum_warning_comes_once_and_from_rank_0(monkeypatch):
+    import warnings
+    from hora.common import parameter_servers
+    monkeypatch.setattr(parameter_servers, "_warned_of_momentum", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert not parameter_servers.warn_of_async_momentum(0.9, workers=4, rank=1)
+        assert not parameter_servers.warn_of_async_momentum(0.5, workers=8, rank=0)
+        assert not parameter_servers.warn_of_async_momentum(0.95, workers=3, rank=0)
+        assert parameter_servers.warn_of_async_momentum(0.9, workers=4, rank=0)
+        assert not parameter_servers.warn_of_async_momentum(0.99, workers=8, rank=0)  # once per process
+    assert [str(w.message) for w in caught] == [
+        'ps-async with 4 workers and momentum 0.9: asynchrony alone acts as momentum of about 1 - 1/4 = 0.75, and '
+        'the two compound (8 workers with momentum 0.9 collapsed to a constant output where 0.5 converged); '
+        'consider a momentum of 0.5 or less, or a smaller lr. See docs/parameter_servers.md, section '
+        '"ps-async and momentum: why 8 workers collapsed"']
+
+
+@pytest.mark.parametrize("optimizer,workers,momentum,warns", [
+    ("SGD", 4, 0.9, True), ("RMSprop", 8, 0.95, True), ("SGD", 2, 0.9, False), ("RMSprop", 4, 0.5, False),
+    ("Adam", 8, 0.0, False)])
+def test_ps_async_warns_of_momentum_with_many_workers(monkeypatch, optimizer, workers, momentum, warns):
+    """As rank 0 of a job of N workers: the warning comes when the optimizer is made, before it
+    connects (no job here: connecting then fails)."""
+    torch = pytest.importorskip("torch")
+    import warnings
+    import hora.torch as hvd
+    from hora.common import basics, parameter_servers
+    monkeypatch.setattr(basics, "size", lambda: workers)
+    monkeypatch.setattr(basics, "rank", lambda: 0)
+    monkeypatch.setattr(parameter_servers, "_warned_of_momentum", False)
+    monkeypatch.delenv("HORA_PS_SERVERS", raising=False)
+    p = torch.nn.Parameter(torch.ones(3))
+    inner = getattr(torch.optim, optimizer)([p], lr=0.1, **({"momentum": momentum} if momentum else {}))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(Exception, match="no parameter servers"):
+            hvd.DistributedOptimizer(inner, mode="ps-async")
+    messages = [str(w.message) for w in caught if "asynchrony alone acts as momentum" in str(w.message)]
+    if warns:
+        assert len(messages) == 1, messages
+        assert f"{workers} workers and momentum {momentum:g}" in messages[0] and f"1 - 1/{workers}" in messages[0]
+        assert caught[0].filename == __file__, "the warning points at the user's line"
+    else:
+        assert not messages, messages
+
+
+def test_ps_async_warns_of_momentum_once_in_a_job_of_4(tmp_path):
+    """RMSprop with momentum 0.9 and 4 workers: rank 0 warns, once (at construction; not again at
+    each push)."""
+    script = tmp_path / "async.py"
+    script.write_text(ASYNC)
+    out = horarun(4, 1, script, tmp_path, 2, "none", "rmsprop")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stderr.count("asynchrony alone acts as momentum of about 1 - 1/4 = 0.75") == 1, out.stderr
+
+
+@pytest.mark.parametrize("optimizer,warns", [("rmsprop", True), ("sgd", False)])
+def test_cpp_ps_async_warns_of_momentum_with_4_workers(tmp_path, optimizer, warns):
+    """The C++ frontend's log line on rank 0: RMSprop's momentum 0.9 with 4 workers; SGD's 0.5 not."""
+    out = cpp_job(4, 1, tmp_path, "async", -1, 3, optimizer)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stderr.count("asynchrony alone acts as momentum of about 1 - 1/4 = 0.75") == (1 if warns else 0), \
+        out.stderr

@@ -80,8 +80,12 @@ ASYNC = textwrap.dedent("""
     schedule = tf.keras.optimizers.schedules.InverseTimeDecay(0.05, decay_steps=1, decay_rate=1.0)
     rate = schedule if lr.startswith("schedule") else 0.05
     optimizers = tf.keras.optimizers.legacy if "legacy" in lr else tf.keras.optimizers  # Keras 2's OptimizerV2
-    inner = (optimizers.Adam(rate, beta_1=0.8, beta_2=0.99, epsilon=1e-3) if lr.endswith("adam")
-             else optimizers.SGD(rate, momentum=0.5))
+    inner = {"sgd": lambda: optimizers.SGD(rate, momentum=0.5),
+             "adam": lambda: optimizers.Adam(rate, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
+             "adagrad": lambda: optimizers.Adagrad(rate, initial_accumulator_value=0.2, epsilon=1e-3),
+             "rmsprop": lambda: optimizers.RMSprop(rate, rho=0.9, momentum=0.5, epsilon=1e-3, centered=True),
+             "rmsprop-plain": lambda: optimizers.RMSprop(rate, rho=0.9, epsilon=1e-3, centered=True),
+             }[lr.split()[-1] if lr.split()[-1] in ("adam", "adagrad", "rmsprop", "rmsprop-plain") else "sgd"]()
     opt = hvd.DistributedOptimizer(inner, mode="ps-async")
     log = []
     for s in range(1, steps + 1):
@@ -95,8 +99,45 @@ ASYNC = textwrap.dedent("""
 """)
 
 
+class KerasServer:
+    """What the servers run for the ASYNC script's Keras optimizers, in float64: a push of worker
+    step s at lr 0.05 / s, t the server's count of applied pushes. Keras 2's legacy Adagrad, and its
+    RMSprop without momentum, run TensorFlow's kernels and their own update, with epsilon beside
+    the root (as torch); its RMSprop with momentum runs TensorFlow's RMSProp kernel, as Keras'."""
+
+    def __init__(self, lr):
+        self.legacy = "legacy" in lr
+        self.kind = lr.split()[-1] if lr.split()[-1] in ("adam", "adagrad", "rmsprop", "rmsprop-plain") else "sgd"
+        self.v, self.m2, self.mean = np.zeros(50), np.zeros(50), np.zeros(50)
+        if self.kind == "adagrad":
+            self.m2 += 0.2  # initial_accumulator_value
+
+    def step(self, p, g, s, t):
+        lr = 0.05 / s
+        if self.kind == "adam":  # epsilon hat: beside sqrt(v), before the bias correction
+            self.v = self.v + (g - self.v) * 0.2
+            self.m2 = self.m2 + (g * g - self.m2) * 0.01
+            return p - lr * np.sqrt(1 - 0.99 ** t) / (1 - 0.8 ** t) * self.v / (np.sqrt(self.m2) + 1e-3)
+        if self.kind == "adagrad":
+            self.m2 = self.m2 + g * g
+            root = np.sqrt(self.m2) + 1e-3 if self.legacy else np.sqrt(self.m2 + 1e-3)
+            return p - lr * g / root
+        if self.kind.startswith("rmsprop"):  # rho 0.9, centered
+            self.m2 = 0.9 * self.m2 + 0.1 * g * g
+            self.mean = 0.9 * self.mean + 0.1 * g
+            variance = self.m2 - self.mean ** 2
+            if self.legacy and self.kind == "rmsprop-plain":
+                return p - lr * g / (np.sqrt(variance) + 1e-3)
+            self.v = (0.5 if self.kind == "rmsprop" else 0.0) * self.v + lr * g / np.sqrt(variance + 1e-3)
+            return p - self.v
+        self.v = 0.5 * self.v - lr * g  # SGD: v = m v - lr g; p += v
+        return p + self.v
+
+
 @pytest.mark.parametrize("lr", ["schedule", "set", "schedule adam", "set adam", "schedule legacy",
-                                "schedule legacy adam"])
+                                "schedule legacy adam", "schedule adagrad", "schedule rmsprop", "set rmsprop",
+                                "schedule legacy adagrad", "schedule legacy rmsprop",
+                                "schedule legacy rmsprop-plain"])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
 def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, lr):
     if "legacy" in lr and python != sys.executable:
@@ -112,17 +153,11 @@ def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, 
         assert run["iterations"] == steps
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
-    p, v, m2 = np.ones(50), np.zeros(50), np.zeros(50)  # worker 0's values start the server
+    p, server = np.ones(50), KerasServer(lr)  # worker 0's values start the server
     for version, r, s, params in pushes:
-        g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
-        if lr.endswith("adam"):  # Keras' Adam, t the server's count of applied pushes
-            v = v + (g - v) * 0.2
-            m2 = m2 + (g * g - m2) * 0.01
-            p = p - 0.05 / s * np.sqrt(1 - 0.99 ** version) / (1 - 0.8 ** version) * v / (np.sqrt(m2) + 1e-3)
-        else:  # Keras' SGD: v = m v - lr g; p += v
-            v = 0.5 * v - 0.05 / s * g
-            p = p + v
+        p = server.step(p, np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s, s, version)
         np.testing.assert_allclose(params, p, rtol=1e-5, atol=1e-5, err_msg=f"push {version} (worker {r} step {s})")
+    assert "asynchrony alone acts as momentum" not in out.stderr, out.stderr  # 2 workers: no warning
 
 
 def test_keras_mode_arguments_are_checked():
@@ -130,11 +165,40 @@ def test_keras_mode_arguments_are_checked():
     import hora.tensorflow.keras as hvd
     with pytest.raises(ValueError, match="mode must be one of"):
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), mode="ps")
-    with pytest.raises(ValueError, match="runs SGD or Adam on the servers"):
-        hvd.DistributedOptimizer(tf.keras.optimizers.RMSprop(), mode="ps-async")
+    with pytest.raises(ValueError, match="runs SGD, Adam, Adagrad or RMSprop on the servers"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.Adadelta(), mode="ps-async")
+    with pytest.raises(ValueError, match="RMSprop has no clipnorm"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.RMSprop(clipnorm=1.0), mode="ps-async")
+    with pytest.raises(ValueError, match="Adagrad has no weight_decay"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.Adagrad(weight_decay=0.01), mode="ps-async")
     with pytest.raises(ValueError, match="Adam has no amsgrad"):
         hvd.DistributedOptimizer(tf.keras.optimizers.Adam(amsgrad=True), mode="ps-async")
     with pytest.raises(ValueError, match="has no nesterov"):
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1, momentum=0.9, nesterov=True), mode="ps-async")
     with pytest.raises(ValueError, match="backward_passes_per_step"):
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), mode="ps-sync", backward_passes_per_step=2)
+
+
+@pytest.mark.parametrize("kind,workers,momentum,warns", [("SGD", 4, 0.9, True), ("RMSprop", 8, 0.95, True),
+                                                         ("SGD", 2, 0.9, False), ("RMSprop", 4, 0.5, False)])
+def test_keras_ps_async_warns_of_momentum_with_many_workers(monkeypatch, kind, workers, momentum, warns):
+    """Asynchrony acts as momentum of about 1 - 1/N: with N >= 4 workers an explicit momentum >= 0.9
+    is warned of, once, when the optimizer is made (here as rank 0 of a job of N; it connects
+    only at its first step, so no job is needed)."""
+    tf = pytest.importorskip("tensorflow")
+    import warnings
+    import hora.tensorflow.keras as hvd
+    from hora.common import basics, parameter_servers
+    monkeypatch.setattr(basics, "size", lambda: workers)
+    monkeypatch.setattr(basics, "rank", lambda: 0)
+    monkeypatch.setattr(parameter_servers, "_warned_of_momentum", False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        hvd.DistributedOptimizer(getattr(tf.keras.optimizers, kind)(0.01, momentum=momentum), mode="ps-async")
+    messages = [str(w.message) for w in caught if "asynchrony alone acts as momentum" in str(w.message)]
+    if warns:
+        assert len(messages) == 1, messages
+        assert f"{workers} workers and momentum {momentum:g}" in messages[0] and f"1 - 1/{workers}" in messages[0]
+        assert "why 8 workers collapsed" in messages[0], messages[0]
+    else:
+        assert not messages, messages

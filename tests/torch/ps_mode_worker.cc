@@ -5,10 +5,12 @@
 //   hora_torch_ps_worker <out> sync <average|sum> <steps>
 //       a Linear(40, 30) trained by SGD (lr 0.1, momentum 0.9) on an MSE loss, first with
 //       Exchange::kPsSync, then with allreduce; exits 1 when the two disagree.
-//   hora_torch_ps_worker <out> async <max_staleness> <steps> [adam]
+//   hora_torch_ps_worker <out> async <max_staleness> <steps> [sgd|adam|adagrad|rmsprop]
 //       50 parameters, worker r's start r + 1, SGD on the servers with Exchange::kPsAsync (lr
 //       0.05 / s at step s, momentum 0.5 and 0.25 after step 5; or Adam at that lr, betas 0.8 and
-//       0.99, eps 1e-3); worker 1 is slow; logs each step's PsStep and parameters.
+//       0.99, eps 1e-3; or Adagrad at that lr, lr_decay 0.1, eps 1e-3, initial accumulator 0.2;
+//       or centered RMSprop at that lr, alpha 0.9, eps 1e-3, momentum 0.9 and 0.5 after step 5);
+//       worker 1 is slow; logs each step's PsStep and parameters.
 //
 // The initial values and data are formulas (sines of an index) that numpy computes identically.
 #include <torch/torch.h>
@@ -87,18 +89,36 @@ int runSync(const std::string& out, const std::string& op_name, int steps) {
   return 0;
 }
 
-int runAsync(const std::string& out, int64_t max_staleness, int steps, bool adam) {
+// The optimizer of the async runs (see the top), over `p`.
+std::shared_ptr<torch::optim::Optimizer> asyncOptimizer(const std::string& kind, const at::Tensor& p) {
+  const std::vector<at::Tensor> params{p};
+  if (kind == "adam")
+    return std::make_shared<torch::optim::Adam>(params, torch::optim::AdamOptions(0.05).betas({0.8, 0.99}).eps(1e-3));
+  if (kind == "adagrad") {
+    return std::make_shared<torch::optim::Adagrad>(
+        params, torch::optim::AdagradOptions(0.05).lr_decay(0.1).eps(1e-3).initial_accumulator_value(0.2));
+  }
+  if (kind == "rmsprop") {
+    return std::make_shared<torch::optim::RMSprop>(
+        params, torch::optim::RMSpropOptions(0.05).alpha(0.9).eps(1e-3).momentum(0.9).centered(true));
+  }
+  return std::make_shared<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.5));
+}
+
+// As a scheduler would: lr 0.05 / s at step s, SGD's momentum lowered after step 5 (RMSprop's too).
+void schedule(torch::optim::Optimizer& inner, const std::string& kind, int s) {
+  auto& options = inner.param_groups()[0].options();
+  options.set_lr(0.05 / s);
+  if (kind == "sgd") static_cast<torch::optim::SGDOptions&>(options).momentum(s <= 5 ? 0.5 : 0.25);
+  if (kind == "rmsprop") static_cast<torch::optim::RMSpropOptions&>(options).momentum(s <= 5 ? 0.9 : 0.5);
+}
+
+int runAsync(const std::string& out, int64_t max_staleness, int steps, const std::string& kind) {
   int r = hvd::rank();
   at::Tensor p = at::full({50}, r + 1.0, at::kFloat).requires_grad_(true);
   torch::OrderedDict<std::string, at::Tensor> named;
   named.insert("p", p);
-  std::shared_ptr<torch::optim::Optimizer> inner;
-  if (adam) {
-    inner = std::make_shared<torch::optim::Adam>(std::vector<at::Tensor>{p},
-                                                 torch::optim::AdamOptions(0.05).betas({0.8, 0.99}).eps(1e-3));
-  } else {
-    inner = std::make_shared<torch::optim::SGD>(std::vector<at::Tensor>{p}, torch::optim::SGDOptions(0.05).momentum(0.5));
-  }
+  std::shared_ptr<torch::optim::Optimizer> inner = asyncOptimizer(kind, p);
   hvd::DistributedOptimizerOptions options;
   options.mode = hvd::Exchange::kPsAsync;
   options.max_staleness = max_staleness;
@@ -107,12 +127,7 @@ int runAsync(const std::string& out, int64_t max_staleness, int steps, bool adam
   log << "{\"start\": " << json(p) << ", \"log\": [";
   for (int s = 1; s <= steps; ++s) {
     if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the slow worker
-    // As a scheduler would: lr 0.05 / s, SGD's momentum lowered after step 5; the servers follow.
-    if (adam) {
-      static_cast<torch::optim::AdamOptions&>(inner->param_groups()[0].options()).lr(0.05 / s);
-    } else {
-      static_cast<torch::optim::SGDOptions&>(inner->param_groups()[0].options()).lr(0.05 / s).momentum(s <= 5 ? 0.5 : 0.25);
-    }
+    schedule(*inner, kind, s);  // the servers follow
     const at::Tensor g = at::arange(1, 51, at::kFloat) * 0.01 * (r + 1) + 0.001 * s;
     if (s % 2) {  // through a backward pass: the hook pushes, with the lr and momentum set above
       optimizer.zero_grad();
@@ -135,15 +150,15 @@ int runAsync(const std::string& out, int64_t max_staleness, int steps, bool adam
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
     std::cerr << "usage: " << argv[0]
-              << " <out> sync <average|sum> <steps> | <out> async <max_staleness> <steps> [adam]\n";
+              << " <out> sync <average|sum> <steps> | <out> async <max_staleness> <steps> [sgd|adam|adagrad|rmsprop]\n";
     return 2;
   }
   std::string out = argv[1], kind = argv[2], arg = argv[3];
   int steps = std::atoi(argv[4]);
   torch::set_num_threads(1);
   hvd::init();
-  const bool adam = argc == 6 && std::string(argv[5]) == "adam";
-  int result = kind == "sync" ? runSync(out, arg, steps) : runAsync(out, std::stoll(arg), steps, adam);
+  const std::string optimizer = argc == 6 ? argv[5] : "sgd";
+  int result = kind == "sync" ? runSync(out, arg, steps) : runAsync(out, std::stoll(arg), steps, optimizer);
   hvd::shutdown();
   return result;
 }

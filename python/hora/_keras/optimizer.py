@@ -174,7 +174,13 @@ def create(optimizer, **settings):
     cls = type(base.__name__, (_hooks_for(base), base),
                {"__module__": base.__module__, "__qualname__": base.__qualname__, "__doc__": base.__doc__,
                 "_hora_settings": _Settings(**settings)})
-    return cls.from_config(optimizer.get_config())
+    config = optimizer.get_config()
+    schedule = getattr(optimizer, "_hyper", {}).get("learning_rate")
+    if isinstance(config.get("learning_rate"), dict) and hasattr(schedule, "get_config"):
+        # Keras 2's legacy Adagrad.from_config hands a serialized schedule to the constructor as it
+        # is (the other optimizers deserialize it first): hand it the schedule itself.
+        config["learning_rate"] = schedule
+    return cls.from_config(config)
 
 
 def check_op(op):
@@ -227,8 +233,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         mode: how gradients travel: "allreduce" (the default), or through the job's parameter
             servers (horarun --servers K; docs/parameter_servers.md): "ps-sync" (the servers sum,
             every worker gets the same mean: allreduce's result) or "ps-async" (the servers apply
-            each worker's gradients at once with Keras' SGD or Adam, at the learning rate of that
-            step, and the worker takes their parameters). float32 variables.
+            each worker's gradients at once with Keras' SGD, Adam, Adagrad or RMSprop, at the
+            learning rate of that step, and the worker takes their parameters). float32 variables.
         max_staleness: with "ps-async", no worker runs more than this many steps ahead of the
             slowest (None: no bound).
     """

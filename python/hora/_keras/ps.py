@@ -3,10 +3,11 @@ job's parameter servers (docs/parameter_servers.md) instead of allreduce.
 
 ps-sync: the gradients Keras computed are pushed and replaced by the servers' mean (op=Average)
 or sum (op=Sum) over the workers; the wrapped optimizer then applies them as after an allreduce.
-ps-async: the gradients are pushed, the servers apply them with their own SGD or Adam (the wrapped
-optimizer's options; the learning rate and momentum of that step: a schedule's value, or what a
-callback such as LearningRateWarmupCallback set) and answer with their parameters, which are
-assigned to the model's variables; the wrapped optimizer's own update does not run.
+ps-async: the gradients are pushed, the servers apply them with their own SGD, Adam, Adagrad or
+RMSprop (the wrapped optimizer's options; the learning rate and momentum of that step: a
+schedule's value, or what a callback such as LearningRateWarmupCallback set) and answer with
+their parameters, which are assigned to the model's variables; the wrapped optimizer's own update
+does not run.
 
 The exchange is a tf.numpy_function, so it runs eagerly and inside the train step Keras traces;
 the client connects at the first step, when the variables are known."""
@@ -15,44 +16,75 @@ import numpy as np
 import tensorflow as tf
 
 import hora.tensorflow as hvd
-from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClient
+from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClient, warn_of_async_momentum
+
+
+def _is_legacy(optimizer):
+    """Keras 2's OptimizerV2 (optimizers.legacy), whose Adagrad and RMSprop run TensorFlow's
+    training kernels rather than the formulas of the newer optimizers."""
+    return hasattr(optimizer, "_decayed_lr")
+
+
+def _legacy_momentum_slot(optimizer):
+    """Whether a Keras 2 legacy SGD or RMSprop applies momentum at all: it decides once, at
+    construction (momentum > 0, or a tensor or callable), and ignores the hyperparameter after if not."""
+    return getattr(optimizer, "_momentum", True)
 
 
 def server_optimizer(optimizer):
-    """What the servers apply ps-async pushes with, as ParameterServerClient takes it: a Keras SGD
-    or Adam, in Keras' form of the update (keras_form), its learning rate as registered (a schedule
-    registers 0: every push carries the step's own, sgd_now); ValueError for anything else."""
+    """What the servers apply ps-async pushes with, as ParameterServerClient takes it: a Keras SGD,
+    Adam, Adagrad or RMSprop, in the form of the update it computes (keras_form; Keras 2's legacy
+    Adagrad, and its RMSprop without momentum, put epsilon outside the root as torch does), its
+    learning rate as registered (a schedule registers 0: every push carries the step's own,
+    sgd_now); ValueError naming the option for anything else."""
     config = optimizer.get_config()
     kind = type(optimizer).__name__
-    if kind not in ("SGD", "Adam"):
-        raise ValueError(f"mode='ps-async' runs SGD or Adam on the servers: wrap a Keras SGD or Adam, not {kind}")
+    if kind not in ("SGD", "Adam", "Adagrad", "RMSprop"):
+        raise ValueError(f"mode='ps-async' runs SGD, Adam, Adagrad or RMSprop on the servers: wrap a Keras SGD, "
+                         f"Adam, Adagrad or RMSprop, not {kind}")
     if config.get("nesterov"):
         raise ValueError("mode='ps-async': the servers' SGD has no nesterov; set it to False")
-    for key in ("amsgrad", "weight_decay", "decay", "clipnorm", "clipvalue", "global_clipnorm"):
+    for key in ("amsgrad", "weight_decay", "decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
+                "gradient_accumulation_steps"):
         if config.get(key):
             raise ValueError(f"mode='ps-async': the servers' {kind} has no {key}; leave it unset")
     lr = config.get("learning_rate")
     if isinstance(lr, dict) or not np.isscalar(lr):  # a schedule is serialized as a dict
         lr = 0.0
+    options = {"name": kind.lower(), "lr": float(lr), "keras_form": True}
     if kind == "SGD":
-        return {"name": "sgd", "lr": float(lr), "momentum": float(config.get("momentum", 0.0)), "keras_form": True}
-    return {"name": "adam", "lr": float(lr), "beta1": float(config["beta_1"]), "beta2": float(config["beta_2"]),
-            "epsilon": float(config["epsilon"]), "keras_form": True}
+        options["momentum"] = float(config.get("momentum", 0.0))
+    elif kind == "Adam":
+        options.update(beta1=float(config["beta_1"]), beta2=float(config["beta_2"]), epsilon=float(config["epsilon"]))
+    elif kind == "Adagrad":
+        options.update(epsilon=float(config["epsilon"]),
+                       initial_accumulator_value=float(config["initial_accumulator_value"]),
+                       keras_form=not _is_legacy(optimizer))
+    else:
+        # Keras 2's legacy RMSprop runs TensorFlow's RMSProp kernel (Keras' form) when it has a
+        # momentum slot, else its own update with epsilon outside the root (torch's form).
+        momentum = float(config.get("momentum", 0.0))
+        slot = not _is_legacy(optimizer) or _legacy_momentum_slot(optimizer)
+        options.update(rho=float(config["rho"]), epsilon=float(config["epsilon"]), momentum=momentum if slot else 0.0,
+                       centered=bool(config.get("centered", False)), keras_form=slot)
+    return options
 
 
 def sgd_now(optimizer):
-    """The learning rate and (SGD's) momentum `optimizer` would apply at this step, as float32
-    tensors: a schedule's value at its iterations, or the variable a callback sets."""
-    sgd = type(optimizer).__name__ == "SGD"
-    if hasattr(optimizer, "_decayed_lr"):  # Keras 2's OptimizerV2 (optimizers.legacy): schedule, decay
-        momentum = optimizer._get_hyper("momentum", tf.float32) if sgd else tf.constant(0.0)
+    """The learning rate and momentum (SGD's, RMSprop's; 0 for the others) `optimizer` would apply
+    at this step, as float32 tensors: a schedule's value at its iterations, or the variable a
+    callback sets."""
+    moves = type(optimizer).__name__ in ("SGD", "RMSprop")
+    if _is_legacy(optimizer):  # Keras 2's OptimizerV2: schedule, decay, hyperparameters as variables
+        slot = moves and _legacy_momentum_slot(optimizer)
+        momentum = optimizer._get_hyper("momentum", tf.float32) if slot else tf.constant(0.0)
         return optimizer._decayed_lr(tf.float32), momentum
     lr = optimizer._learning_rate
     if callable(lr) and hasattr(lr, "get_config"):  # a LearningRateSchedule
         lr = lr(optimizer.iterations)
     else:
         lr = optimizer.learning_rate  # the variable (Keras 3's property also evaluates schedules)
-    return tf.cast(lr, tf.float32), tf.constant(float(optimizer.momentum) if sgd else 0.0, tf.float32)
+    return tf.cast(lr, tf.float32), tf.constant(float(optimizer.momentum) if moves else 0.0, tf.float32)
 
 
 def dense_float32(grad, variable):
@@ -74,6 +106,8 @@ class KerasParameterServers:
         self.average = op == hvd.Average
         self.max_staleness = max_staleness
         self.server_optimizer = server_optimizer(optimizer) if mode == PS_ASYNC else None
+        if self.server_optimizer:
+            warn_of_async_momentum(self.server_optimizer.get("momentum", 0.0))
         self.client = None
         self.last_step = None  # the last step's PsStep (this worker's step, the slowest, version)
 
@@ -96,6 +130,7 @@ class KerasParameterServers:
             self._connect([g.shape for g in grads], initial)
         outputs = [np.empty_like(g) for g in grads]
         if self.mode == PS_ASYNC:
+            warn_of_async_momentum(momentum)  # a callback may have raised it
             self.client.set_sgd(lr, momentum)
         self.last_step = self.client.step([g.ctypes.data for g in grads], [o.ctypes.data for o in outputs])
         return outputs

@@ -7,9 +7,11 @@ The servers are started by `horarun --servers K`, which tells every worker their
 
 import atexit
 import collections
+import warnings
 import weakref
 
 from hora import _core
+from hora.common import basics
 
 # The values of the optimizers' `mode` argument.
 ALLREDUCE, PS_SYNC, PS_ASYNC = "allreduce", "ps-sync", "ps-async"
@@ -20,6 +22,7 @@ MODES = (ALLREDUCE, PS_SYNC, PS_ASYNC)
 PsStep = collections.namedtuple("PsStep", "step slowest version")
 
 _open_clients = weakref.WeakSet()
+_warned_of_momentum = False
 
 
 def check_mode(mode, max_staleness):
@@ -33,13 +36,35 @@ def check_mode(mode, max_staleness):
             raise ValueError(f"max_staleness must be None or an int >= 0, got {max_staleness!r}")
 
 
+def warn_of_async_momentum(momentum, workers=None, rank=None, stacklevel=3):
+    """A warning (once per process, from rank 0) when ps-async with `workers` workers (the job's
+    ranks by default) runs with an explicit momentum high enough to compound the momentum that
+    asynchrony brings by itself (docs/parameter_servers.md, "ps-async and momentum: why 8 workers
+    collapsed"). The frontends call it at every push, so a schedule that raises the momentum later
+    is caught too. True when it warned now."""
+    global _warned_of_momentum
+    if _warned_of_momentum or not momentum:
+        return False
+    workers = basics.size() if workers is None else workers
+    if (basics.rank() if rank is None else rank) != 0:
+        return False
+    message = _core.async_momentum_warning(int(workers), float(momentum))
+    if not message:
+        return False
+    _warned_of_momentum = True
+    warnings.warn(message, stacklevel=stacklevel)
+    return True
+
+
 class ParameterServerClient:
     """This worker's side: register the tensors (element counts, float32) once, then step()."""
 
     def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None):
-        """optimizer (ps-async): what the servers apply the pushes with, a dict of "name" ("sgd" or
-        "adam"), "lr", "momentum" (sgd), "beta1", "beta2", "epsilon" (adam) and "keras_form" (Keras'
-        form of the update rather than torch's)."""
+        """optimizer (ps-async): what the servers apply the pushes with, a dict of "name" ("sgd",
+        "adam", "adagrad" or "rmsprop"), "lr", "momentum" (sgd, rmsprop), "beta1", "beta2" (adam),
+        "epsilon" (adam, adagrad, rmsprop), "rho", "centered" (rmsprop), "lr_decay",
+        "initial_accumulator_value" (adagrad) and "keras_form" (Keras' form of the update rather
+        than torch's)."""
         check_mode(mode, max_staleness)
         if mode == ALLREDUCE:
             raise ValueError("mode 'allreduce' uses no parameter servers")
@@ -53,7 +78,7 @@ class ParameterServerClient:
         return self._client.servers
 
     def set_sgd(self, lr, momentum=0.0):
-        """ps-async: the learning rate (and SGD's momentum) the servers apply the next pushes with
+        """ps-async: the learning rate (and SGD's or RMSprop's momentum) the servers apply the next pushes with
         (those given at construction until called): a schedule's or a callback's changes."""
         self._client.set_sgd(float(lr), float(momentum))
 

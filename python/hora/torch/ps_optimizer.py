@@ -3,10 +3,10 @@ parameter servers (docs/parameter_servers.md) instead of allreduce.
 
 ps-sync: step() pushes every gradient, the servers answer with the mean (op=Average) or sum
 (op=Sum) over the workers, written back into .grad, and the wrapped optimizer steps as after an
-allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD or
-Adam (the wrapped optimizer's options; lr and momentum as they are at that step, so that a
-scheduler's changes reach them) and answer with their parameters, which are copied into the
-model; the wrapped optimizer's own step does not run.
+allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD,
+Adam, Adagrad or RMSprop (the wrapped optimizer's options; lr and momentum as they are at that
+step, so that a scheduler's changes reach them) and answer with their parameters, which are
+copied into the model; the wrapped optimizer's own step does not run.
 
 A hook on each parameter's gradient accumulator hands the gradient to the client once the
 step's last backward pass has produced it, so the pushes go out while the backward pass goes on
@@ -19,37 +19,55 @@ import warnings
 import torch
 
 from hora.common.ops import Average, Sum
-from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClient
+from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClient, warn_of_async_momentum
 from hora.torch.compression import Compression
 from hora.torch.hooked_optimizer import HookedOptimizer
 
 
+# What the servers run of each torch optimizer: its name there, the options the servers lack (each
+# must keep the neutral value given), and the options every param group must share. foreach,
+# capturable, differentiable and fused change how torch computes, not what: they are not looked at.
+_SERVER_OPTIMIZERS = (
+    (torch.optim.SGD, "sgd", (("dampening", 0), ("weight_decay", 0), ("nesterov", False), ("maximize", False)),
+     ("lr", "momentum")),
+    (torch.optim.Adam, "adam", (("weight_decay", 0), ("amsgrad", False), ("maximize", False)), ("lr", "betas", "eps")),
+    (torch.optim.Adagrad, "adagrad", (("weight_decay", 0), ("maximize", False)),
+     ("lr", "lr_decay", "eps", "initial_accumulator_value")),
+    (torch.optim.RMSprop, "rmsprop", (("weight_decay", 0), ("maximize", False)),
+     ("lr", "alpha", "eps", "momentum", "centered")),
+)
+
+
 def server_optimizer(optimizer):
     """What the servers apply ps-async pushes with, as ParameterServerClient takes it: the wrapped
-    torch.optim.SGD's or Adam's options now (every param group alike); ValueError for anything the
-    servers cannot run."""
+    torch.optim.SGD's, Adam's, Adagrad's or RMSprop's options now (every param group alike);
+    ValueError naming the option for anything the servers cannot run."""
     groups = optimizer.param_groups
-    if isinstance(optimizer, torch.optim.SGD):
-        name, neutral_options = "sgd", (("dampening", 0), ("weight_decay", 0), ("nesterov", False))
-        keys = ("lr", "momentum")
-    elif isinstance(optimizer, torch.optim.Adam):
-        name, neutral_options = "adam", (("weight_decay", 0), ("amsgrad", False), ("maximize", False))
-        keys = ("lr", "betas", "eps")
-    else:
-        raise ValueError(f"mode='ps-async' runs SGD or Adam on the servers: wrap a torch.optim.SGD or "
-                         f"torch.optim.Adam, not {type(optimizer).__name__}")
+    kind = next((entry for entry in _SERVER_OPTIMIZERS if isinstance(optimizer, entry[0])), None)
+    if kind is None:
+        raise ValueError(f"mode='ps-async' runs SGD, Adam, Adagrad or RMSprop on the servers: wrap a torch.optim.SGD, "
+                         f"Adam, Adagrad or RMSprop, not {type(optimizer).__name__}")
+    _, name, neutral_options, keys = kind
     for key, neutral in neutral_options:
         if any(g.get(key, neutral) != neutral for g in groups):
             raise ValueError(f"mode='ps-async': the servers' {type(optimizer).__name__} has no {key}; set it to "
                              f"{neutral!r}")
     first = {k: groups[0].get(k, 0) for k in keys}
     if any(g.get(k, 0) != first[k] for g in groups for k in keys):
-        raise ValueError(f"mode='ps-async': every param group must have the same {' and '.join(keys)}")
+        raise ValueError(f"mode='ps-async': every param group must have the same {', '.join(keys)}")
+    options = {"name": name, "lr": float(first["lr"])}
     if name == "sgd":
-        return {"name": name, "lr": float(first["lr"]), "momentum": float(first["momentum"])}
-    beta1, beta2 = first["betas"]
-    return {"name": name, "lr": float(first["lr"]), "beta1": float(beta1), "beta2": float(beta2),
-            "epsilon": float(first["eps"])}
+        options["momentum"] = float(first["momentum"])
+    elif name == "adam":
+        beta1, beta2 = first["betas"]
+        options.update(beta1=float(beta1), beta2=float(beta2), epsilon=float(first["eps"]))
+    elif name == "adagrad":
+        options.update(lr_decay=float(first["lr_decay"]), epsilon=float(first["eps"]),
+                       initial_accumulator_value=float(first["initial_accumulator_value"]))
+    else:  # torch's alpha is the decay of the mean square, which the servers call rho
+        options.update(rho=float(first["alpha"]), epsilon=float(first["eps"]), momentum=float(first["momentum"]),
+                       centered=bool(first["centered"]))
+    return options
 
 
 class _ParameterServerOptimizer(HookedOptimizer):
@@ -99,6 +117,7 @@ class _ParameterServerOptimizer(HookedOptimizer):
         self._step_begun = True
         if self._mode == PS_ASYNC:
             now = server_optimizer(self)
+            warn_of_async_momentum(now.get("momentum", 0.0), stacklevel=5)  # a schedule may have raised it
             self._client.set_sgd(now["lr"], now.get("momentum", 0.0))
 
     def synchronize(self):
@@ -161,5 +180,7 @@ def ps_optimizer(wrap, optimizer, named_parameters, compression, backward_passes
     if compression is not Compression.none:
         raise ValueError(f"mode={mode!r} does not compress gradients yet: use compression=Compression.none")
     server_options = server_optimizer(optimizer) if mode == PS_ASYNC else None
+    if server_options:  # at construction, where the warning's line points at the user's code
+        warn_of_async_momentum(server_options.get("momentum", 0.0), stacklevel=4)
     return wrap(optimizer, _ParameterServerOptimizer, named_parameters, compression, backward_passes_per_step, op,
                 mode, max_staleness, server_options)

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <thread>
@@ -188,6 +189,121 @@ TEST(PsShardState, AsyncAppliesKerasSgdWhenRegisteredSo) {
       p[i] += v[i];
       EXPECT_NEAR(reply.values[i], p[i], 1e-5) << "step " << s << " element " << i;
     }
+  }
+}
+
+// Adagrad and RMSprop: one worker's pushes of steps 1..8 (lr 0.1 / s, momentum 0.9 and 0.5 after
+// step 4, as a schedule would) through a ShardState registered with `r`, each reply against
+// `replay` of the same push in double (t: the server's count of applied pushes). Epsilon is large
+// (0.05) so that where it goes, inside the root or beside it, shows in the parameters.
+using Replay = std::function<void(std::vector<double>& p, const float* g, double lr, double m, int t)>;
+
+void expectTheServerFollows(const ps::Registration& r, const Replay& replay) {
+  ps::ShardState state("parameter server 0", 1);
+  const auto d = common::Deadline::after(10s);
+  const std::vector<float> initial = {1.0f, -2.0f, 0.5f};
+  state.registerWorker(0, r, initial, d);
+  std::vector<double> p(initial.begin(), initial.end());
+  for (int s = 1; s <= 8; ++s) {
+    const float g[3] = {0.5f * static_cast<float>(s), -0.25f, 1.0f / static_cast<float>(s) - 0.3f};
+    const float lr = 0.1f / static_cast<float>(s), m = s <= 4 ? 0.9f : 0.5f;
+    const auto reply = state.push(0, static_cast<uint64_t>(s), g, {lr, m}, d);
+    replay(p, g, lr, m, s);
+    for (size_t i = 0; i < 3; ++i)
+      EXPECT_NEAR(reply.values[i], p[i], 1e-5 * (1 + std::abs(p[i]))) << "step " << s << " element " << i;
+  }
+}
+
+ps::Registration adagrad(bool keras_form, uint32_t workers = 1) {
+  ps::Registration r = registration(ps::Mode::kAsync, workers, 3);
+  r.optimizer = ps::Optimizer::kAdagrad;
+  r.keras_form = keras_form ? 1 : 0;
+  r.epsilon = 0.05;
+  r.initial_accumulator = 0.1;
+  r.lr_decay = keras_form ? 0.0 : 0.2;  // torch's only
+  return r;
+}
+
+// torch.optim.Adagrad: s += g^2; p -= lr / (1 + (t - 1) lr_decay) g / (sqrt(s) + eps).
+TEST(PsShardState, AsyncAppliesTorchAdagrad) {
+  std::vector<double> sum(3, 0.1);
+  expectTheServerFollows(adagrad(false), [&](std::vector<double>& p, const float* g, double lr, double, int t) {
+    for (size_t i = 0; i < 3; ++i) {
+      sum[i] += double(g[i]) * g[i];
+      p[i] -= lr / (1 + (t - 1) * 0.2) * g[i] / (std::sqrt(sum[i]) + 0.05);
+    }
+  });
+}
+
+// Keras' Adagrad: s += g^2; p -= lr g / sqrt(s + eps).
+TEST(PsShardState, AsyncAppliesKerasAdagrad) {
+  std::vector<double> sum(3, 0.1);
+  expectTheServerFollows(adagrad(true), [&](std::vector<double>& p, const float* g, double lr, double, int) {
+    for (size_t i = 0; i < 3; ++i) {
+      sum[i] += double(g[i]) * g[i];
+      p[i] -= lr * g[i] / std::sqrt(sum[i] + 0.05);
+    }
+  });
+}
+
+struct RmspropCase {
+  bool keras_form, centered;
+};
+
+class PsRmsprop : public ::testing::TestWithParam<RmspropCase> {};
+
+// RMSprop (rho 0.8), each push at its own lr and momentum: q = rho q + (1 - rho) g^2, centered
+// c = rho c + (1 - rho) g and q - c^2 under the root; torch.optim.RMSprop b = m b + g / (sqrt(.) +
+// eps), p -= lr b; Keras' b = m b + lr g / sqrt(. + eps), p -= b.
+TEST_P(PsRmsprop, AsyncAppliesRmspropInItsForm) {
+  const RmspropCase c = GetParam();
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = ps::Optimizer::kRmsprop;
+  r.keras_form = c.keras_form ? 1 : 0;
+  r.centered = c.centered ? 1 : 0;
+  r.beta2 = 0.8;
+  r.epsilon = 0.05;
+  std::vector<double> q(3, 0.0), mean(3, 0.0), b(3, 0.0);
+  expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double m, int) {
+    for (size_t i = 0; i < 3; ++i) {
+      q[i] = 0.8 * q[i] + 0.2 * g[i] * g[i];
+      mean[i] = 0.8 * mean[i] + 0.2 * g[i];
+      const double square = c.centered ? q[i] - mean[i] * mean[i] : q[i];
+      if (c.keras_form) {
+        b[i] = m * b[i] + lr * g[i] / std::sqrt(square + 0.05);
+        p[i] -= b[i];
+      } else {
+        b[i] = m * b[i] + g[i] / (std::sqrt(square) + 0.05);
+        p[i] -= lr * b[i];
+      }
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, PsRmsprop,
+                         ::testing::Values(RmspropCase{false, false}, RmspropCase{false, true},
+                                           RmspropCase{true, false}, RmspropCase{true, true}),
+                         [](const ::testing::TestParamInfo<RmspropCase>& param) {
+                           return std::string(param.param.keras_form ? "Keras" : "Torch") +
+                                  (param.param.centered ? "Centered" : "Plain");
+                         });
+
+// A registration names an optimizer this server knows; every worker's Adagrad and RMSprop
+// options must agree, the field named.
+TEST(PsShardState, AsyncRegistrationsOfTheNewOptimizersMustAgree) {
+  ps::ShardState state("parameter server 0", 2);
+  const auto d = common::Deadline::after(10s);
+  ps::Registration unknown = adagrad(false, 2);
+  unknown.optimizer = static_cast<ps::Optimizer>(9);
+  EXPECT_THROW(state.registerWorker(0, unknown, {0, 0, 0}, d), InvalidArgumentError);
+  state.registerWorker(0, adagrad(false, 2), {0, 0, 0}, d);
+  ps::Registration other = adagrad(false, 2);
+  other.lr_decay = 0.5;
+  try {
+    state.registerWorker(1, other, {0, 0, 0}, d);
+    ADD_FAILURE() << "a differing lr_decay was accepted";
+  } catch (const MismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("lr_decay"), std::string::npos) << e.what();
   }
 }
 
