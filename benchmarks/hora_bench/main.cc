@@ -17,7 +17,7 @@
 #include <numeric>
 #include <vector>
 
-#include "collectives/half.h"
+#include "common/half.h"
 #include "common/knobs.h"
 #include "hora/communicator.h"
 #include "hora/errors.h"
@@ -70,8 +70,8 @@ void store(DataType t, std::byte* p, size_t i, double v) {
     case DataType::kInt8: reinterpret_cast<int8_t*>(p)[i] = static_cast<int8_t>(v); break;
     case DataType::kInt32: reinterpret_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
     case DataType::kInt64: reinterpret_cast<int64_t*>(p)[i] = static_cast<int64_t>(v); break;
-    case DataType::kFloat16: reinterpret_cast<uint16_t*>(p)[i] = hora::collectives::Half::fromFloat(static_cast<float>(v)); break;
-    case DataType::kBFloat16: reinterpret_cast<uint16_t*>(p)[i] = hora::collectives::BFloat16::fromFloat(static_cast<float>(v)); break;
+    case DataType::kFloat16: reinterpret_cast<uint16_t*>(p)[i] = hora::common::Half::fromFloat(static_cast<float>(v)); break;
+    case DataType::kBFloat16: reinterpret_cast<uint16_t*>(p)[i] = hora::common::BFloat16::fromFloat(static_cast<float>(v)); break;
     case DataType::kFloat32: reinterpret_cast<float*>(p)[i] = static_cast<float>(v); break;
     case DataType::kFloat64: reinterpret_cast<double*>(p)[i] = v; break;
     case DataType::kInt16: reinterpret_cast<int16_t*>(p)[i] = static_cast<int16_t>(v); break;
@@ -85,8 +85,8 @@ double load(DataType t, const std::byte* p, size_t i) {
     case DataType::kInt8: return reinterpret_cast<const int8_t*>(p)[i];
     case DataType::kInt32: return reinterpret_cast<const int32_t*>(p)[i];
     case DataType::kInt64: return static_cast<double>(reinterpret_cast<const int64_t*>(p)[i]);
-    case DataType::kFloat16: return hora::collectives::Half::toFloat(reinterpret_cast<const uint16_t*>(p)[i]);
-    case DataType::kBFloat16: return hora::collectives::BFloat16::toFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DataType::kFloat16: return hora::common::Half::toFloat(reinterpret_cast<const uint16_t*>(p)[i]);
+    case DataType::kBFloat16: return hora::common::BFloat16::toFloat(reinterpret_cast<const uint16_t*>(p)[i]);
     case DataType::kFloat32: return reinterpret_cast<const float*>(p)[i];
     case DataType::kFloat64: return reinterpret_cast<const double*>(p)[i];
     case DataType::kInt16: return reinterpret_cast<const int16_t*>(p)[i];

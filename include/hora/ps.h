@@ -36,6 +36,9 @@ enum class PsOptimizer { kSgd, kAdam, kAdagrad, kRmsprop };
 struct PsOptions {
   PsMode mode = PsMode::kSync;
   bool average = true;          // kSync: the mean rather than the sum
+  // The pushes (and kSync's replies) travel as float16, half the bytes (Compression.fp16); the
+  // servers sum and apply in float32, and kAsync's replies, the parameters, stay float32.
+  bool fp16 = false;
   int64_t max_staleness = -1;   // kAsync: -1 = unbounded
   PsOptimizer optimizer = PsOptimizer::kSgd;  // kAsync
   double lr = 0.0;              // kAsync (setSgd changes lr and momentum between steps)

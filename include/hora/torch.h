@@ -165,7 +165,7 @@ enum class Exchange { kAllreduce, kPsSync, kPsAsync };
 struct DistributedOptimizerOptions {
   // Gradients are accumulated locally over this many backward passes before one allreduce.
   int backward_passes_per_step = 1;
-  Compression compression = Compression::kNone;  // kNone only in the ps modes
+  Compression compression = Compression::kNone;  // the ps modes: kFP16 halves the bytes on the wire
   ReduceOp op = ReduceOp::kAverage;  // kAverage or kSum (no Adasum optimizer here: hora.torch has it)
   // Average only: inputs are divided by this before the sum and the result multiplied by it
   // after the average (less overflow with fp16). 1 in the ps modes.

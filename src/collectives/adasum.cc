@@ -5,13 +5,15 @@
 #include <cmath>
 #include <cstring>
 
-#include "collectives/half.h"
+#include "common/half.h"
 #include "collectives/reduce.h"
 #include "collectives/reduce16.h"  // HORA_X86_64_V3_KERNELS
 #include "hora/errors.h"
 
 namespace hora::collectives {
 
+using common::BFloat16;
+using common::Half;
 using transport::Transfer;
 
 namespace {

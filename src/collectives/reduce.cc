@@ -8,11 +8,14 @@
 #include <string>
 #include <type_traits>
 
-#include "collectives/half.h"
+#include "common/half.h"
 #include "collectives/reduce16.h"
 #include "hora/errors.h"
 
 namespace hora::collectives {
+using common::BFloat16;
+using common::Half;
+using common::selectBits;
 namespace {
 
 #if HORA_X86_64_V3_KERNELS

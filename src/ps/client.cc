@@ -18,6 +18,7 @@
 #include "bootstrap/job/horarun.h"
 #include "bootstrap/job/job.h"
 #include "common/config.h"
+#include "common/half.h"
 #include "common/knobs.h"
 #include "hora/errors.h"
 #include "hora/ps.h"
@@ -119,6 +120,7 @@ struct ParameterServerClient::Impl {
   size_t part_elements = 0;                        // HORA_BUCKET_BYTES, in floats
   std::vector<std::unique_ptr<Channel>> channels;  // by server; the lanes' during a step
   std::vector<std::vector<float>> buffers;         // by server: a shard's worth
+  std::vector<std::vector<uint16_t>> wire;         // by server, options.fp16: the shard as float16
   uint64_t step = 0;
   bool closed = false;
   std::optional<Error> broken;  // the first failure: the protocol's state is unknown after it
@@ -152,8 +154,9 @@ struct ParameterServerClient::Impl {
     }
   }
   // The server's answer to the last request into buffers[server], or the error it reported.
-  // A broken connection throws.
-  std::variant<MessageHeader, Error> receiveReply(size_t server, bool may_be_empty, const common::Deadline& deadline) {
+  // `halves`: it comes as float16 (a sync reply of an fp16 job). A broken connection throws.
+  std::variant<MessageHeader, Error> receiveReply(size_t server, bool may_be_empty, const common::Deadline& deadline,
+                                                  bool halves = false) {
     Channel& c = *channels[server];
     const MessageHeader h = c.receiveHeader(deadline);
     if (h.kind == MessageKind::kError) {
@@ -161,13 +164,39 @@ struct ParameterServerClient::Impl {
       c.receivePayload(text.data(), text.size(), deadline);
       return Error(static_cast<ErrorKind>(h.error_kind), text);
     }
-    const size_t expected = buffers[server].size() * sizeof(float);
+    std::vector<float>& values = buffers[server];
+    const size_t expected = values.size() * (halves ? sizeof(uint16_t) : sizeof(float));
     if (h.kind != MessageKind::kReply || (h.bytes != expected && !(may_be_empty && h.bytes == 0)))
       c.fail(MismatchError(std::string("answered with a ") + ps::toString(h.kind) + " of " +
                            std::to_string(h.bytes) + " bytes where a reply of " + std::to_string(expected) +
                            " was due"));
-    c.receivePayload(buffers[server].data(), h.bytes, deadline);
+    if (!halves || h.bytes == 0) {
+      c.receivePayload(values.data(), h.bytes, deadline);
+      return h;
+    }
+    c.receivePayload(wire[server].data(), h.bytes, deadline);
+    for (size_t i = 0; i < values.size(); ++i) values[i] = common::Half::toFloat(wire[server][i]);
     return h;
+  }
+  // Pieces [first, end) of server k's shard, from the readied gradients, into the part of the
+  // push that starts at element `offset`; returns where that part's bytes are.
+  const void* gatherPart(size_t k, size_t first, size_t end, size_t offset) {
+    const auto& pieces = plan.servers[k];
+    if (options.fp16) {
+      uint16_t* out = wire[k].data() + offset;
+      for (size_t i = first; i < end; ++i) {
+        const float* in = ready[pieces[i].tensor] + pieces[i].offset;
+        for (size_t j = 0; j < pieces[i].count; ++j) out[j] = common::Half::fromFloat(in[j]);
+        out += pieces[i].count;
+      }
+      return wire[k].data() + offset;
+    }
+    float* out = buffers[k].data() + offset;
+    for (size_t i = first; i < end; ++i) {
+      std::memcpy(out, ready[pieces[i].tensor] + pieces[i].offset, pieces[i].count * sizeof(float));
+      out += pieces[i].count;
+    }
+    return buffers[k].data() + offset;
   }
 
   void startLanes() {
@@ -254,7 +283,8 @@ struct ParameterServerClient::Impl {
     markSent(k);
     {
       Unlocked unlocked(lock);
-      result.reply = receiveReply(k, false, common::Deadline::after(job.options.timeout));
+      result.reply = receiveReply(k, false, common::Deadline::after(job.options.timeout),
+                                  options.fp16 && options.mode == PsMode::kSync);
     }
     lane.wake.wait(lock, [&] { return stopping || (outputs && lanes_sent == lanes.size()); });
     if (stopping) throw ShutdownError("the parameter server client was closed during a step");
@@ -282,16 +312,11 @@ struct ParameterServerClient::Impl {
       h.lr = static_cast<float>(options.lr);  // the last part's are the ones applied
       h.momentum = static_cast<float>(options.momentum);
       h.offset = offset;
-      h.bytes = count * sizeof(float);
+      h.bytes = count * (options.fp16 ? sizeof(uint16_t) : sizeof(float));
       {
         Unlocked unlocked(lock);
-        float* out = buffers[k].data() + offset;
-        for (size_t i = first; i < end; ++i) {
-          const ps::Piece& p = pieces[i];
-          std::memcpy(out, ready[p.tensor] + p.offset, p.count * sizeof(float));
-          out += p.count;
-        }
-        channels[k]->send(h, buffers[k].data() + offset, common::Deadline::after(job.options.timeout));
+        const void* part = gatherPart(k, first, end, offset);
+        channels[k]->send(h, part, common::Deadline::after(job.options.timeout));
       }
       first = end;
       lane.sent_elements += count;
@@ -352,6 +377,7 @@ ps::Registration registrationOf(const PsJob& job, const PsOptions& options, cons
   r.lr_decay = options.optimizer == PsOptimizer::kAdagrad ? options.lr_decay : 0.0;
   r.initial_accumulator = options.optimizer == PsOptimizer::kAdagrad ? options.initial_accumulator_value : 0.0;
   r.average = options.average ? 1 : 0;
+  r.fp16 = options.fp16 ? 1 : 0;
   r.layout_hash = ps::layoutHash(elements);
   return r;
 }
@@ -391,6 +417,7 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
     s.channels.push_back(std::make_unique<Channel>(Channel::Side::kWorker, k, job.worker, job.hostname,
                                                    job.rendezvous, s.job.options, who));
     s.buffers.emplace_back(s.plan.shardElements(static_cast<size_t>(k)));
+    s.wire.emplace_back(options.fp16 ? s.buffers.back().size() : 0);
   }
   ps::Registration r = registrationOf(job, options, tensor_elements);
   s.guarded([&] {

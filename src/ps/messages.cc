@@ -34,6 +34,7 @@ std::string registrationDifference(const Registration& a, const Registration& b)
   if (a.layout_hash != b.layout_hash || a.shard_elements != b.shard_elements)
     return differs("tensors (shard elements)", a.shard_elements, b.shard_elements) + " or other tensor sizes";
   if (a.average != b.average) return differs("average", a.average, b.average);
+  if (a.fp16 != b.fp16) return differs("fp16 (compression)", a.fp16, b.fp16);
   if (a.max_staleness != b.max_staleness) return differs("max_staleness", a.max_staleness, b.max_staleness);
   if (a.lr != b.lr) return differs("lr", a.lr, b.lr);
   if (a.momentum != b.momentum) return differs("momentum", a.momentum, b.momentum);

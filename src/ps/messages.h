@@ -65,8 +65,12 @@ struct Registration {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   double lr_decay = 0;             // async, Adagrad (torch's): lr / (1 + (t - 1) lr_decay) at step t
   double initial_accumulator = 0;  // async, Adagrad: where the sum of squared gradients starts
+  // 1 = the pushes' floats (and sync replies') travel as float16 (Compression.fp16): half the
+  // bytes; the server sums and applies in float32.
+  uint32_t fp16 = 0;
+  uint32_t reserved = 0;
 };
-static_assert(sizeof(Registration) == 104);
+static_assert(sizeof(Registration) == 112);
 
 const char* toString(MessageKind kind);
 const char* toString(Mode mode);

@@ -10,6 +10,7 @@
 #include "bootstrap/job/horarun.h"
 #include "bootstrap/job/job.h"
 #include "common/config.h"
+#include "common/half.h"
 #include "common/knobs.h"
 #include "common/logging.h"
 #include "ps/channel.h"
@@ -40,15 +41,24 @@ void sendError(Channel& channel, int worker, const Error& e, const common::Deadl
   channel.send(h, text.data(), deadline);
 }
 
-void sendReply(Channel& channel, int worker, const ReplyData& r, const common::Deadline& deadline) {
+// `wire` (not null): the values go as float16, narrowed into it (a sync reply of an fp16 job).
+void sendReply(Channel& channel, int worker, const ReplyData& r, const common::Deadline& deadline,
+               std::vector<uint16_t>* wire = nullptr) {
   MessageHeader h;
   h.kind = MessageKind::kReply;
   h.worker = static_cast<uint32_t>(worker);
   h.step = r.step;
   h.slowest = r.slowest;
   h.version = r.version;
-  h.bytes = r.values.size() * sizeof(float);
-  channel.send(h, r.values.data(), deadline);
+  if (!wire) {
+    h.bytes = r.values.size() * sizeof(float);
+    channel.send(h, r.values.data(), deadline);
+    return;
+  }
+  wire->resize(r.values.size());
+  for (size_t i = 0; i < r.values.size(); ++i) (*wire)[i] = common::Half::fromFloat(r.values[i]);
+  h.bytes = wire->size() * sizeof(uint16_t);
+  channel.send(h, wire->data(), deadline);
 }
 
 }  // namespace
@@ -157,6 +167,7 @@ bool Server::serve(Channel& channel, int worker, Session& session) {
         // Allocated (and its pages touched) once per session: every push fills the whole shard.
         session.gradient.assign(r.shard_elements, 0.0f);
         session.shard = r.shard_elements;
+        session.fp16 = r.fp16 != 0;
         session.registered = true;
         sendReply(channel, worker, {parameters, 0, 0, 0}, deadline);
       } catch (const Error& e) {
@@ -180,21 +191,30 @@ void Server::receivePart(Channel& channel, int worker, const MessageHeader& h, S
                          const common::Deadline& deadline) {
   if (!session.registered) channel.fail(MismatchError("pushed before registering"));
   // Parts come in order (Note [overlapped pushes]): anything else is a broken client or garbage.
-  const size_t count = h.bytes / sizeof(float);
+  const size_t element = session.fp16 ? sizeof(uint16_t) : sizeof(float);
+  const size_t count = h.bytes / element;
   if (h.offset == 0) session.part_step = h.step;
-  if (h.bytes % sizeof(float) != 0 || h.offset != session.received || count > session.shard - session.received ||
+  if (h.bytes % element != 0 || h.offset != session.received || count > session.shard - session.received ||
       h.step != session.part_step)
     channel.fail(MismatchError("pushed " + std::to_string(h.bytes) + " bytes at element " + std::to_string(h.offset) +
                                " of step " + std::to_string(h.step) + " where element " +
                                std::to_string(session.received) + " of a shard of " + std::to_string(session.shard) +
                                " was due"));
-  if (count > 0) channel.receivePayload(session.gradient.data() + h.offset, h.bytes, deadline);
+  if (count > 0 && session.fp16) {
+    session.wire.resize(count);
+    channel.receivePayload(session.wire.data(), h.bytes, deadline);
+    float* out = session.gradient.data() + h.offset;
+    for (size_t i = 0; i < count; ++i) out[i] = common::Half::toFloat(session.wire[i]);
+  } else if (count > 0) {
+    channel.receivePayload(session.gradient.data() + h.offset, h.bytes, deadline);
+  }
   session.received += count;
   if (session.received < session.shard) return;  // more parts of this step to come
   session.received = 0;
   try {
-    sendReply(channel, worker, state_.push(worker, h.step, session.gradient.data(), {h.lr, h.momentum}, deadline),
-              deadline);
+    const ReplyData reply = state_.push(worker, h.step, session.gradient.data(), {h.lr, h.momentum}, deadline);
+    // An async reply is the parameters: float32 always, or every pull would round the model.
+    sendReply(channel, worker, reply, deadline, session.fp16 && !state_.async() ? &session.wire : nullptr);
     session.step = h.step;
   } catch (const Error& e) {
     sendError(channel, worker, e, deadline);

@@ -67,6 +67,8 @@ class Server {
     std::vector<float> gradient;  // the step's pushed parts, gathered
     size_t received = 0;          // elements of the step under way received so far
     uint64_t part_step = 0;       // the step its first part named
+    bool fp16 = false;            // pushes and sync replies travel as float16
+    std::vector<uint16_t> wire;   // fp16: a part as it came, a reply as it goes
   };
   // One request of `worker`; false when the session should end.
   bool serve(Channel& channel, int worker, Session& session);

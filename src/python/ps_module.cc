@@ -69,14 +69,16 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
 void bindParameterServers(py::module_& m) {
   py::class_<hora::ParameterServerClient>(m, "PsClient")
       .def(py::init([](const std::vector<size_t>& elements, const std::string& mode, bool average,
-                       int64_t max_staleness, const std::vector<uintptr_t>& initial, const py::dict& optimizer) {
-             const hora::PsOptions options = psOptions(mode, average, max_staleness, optimizer);
+                       int64_t max_staleness, const std::vector<uintptr_t>& initial, const py::dict& optimizer,
+                       bool fp16) {
+             hora::PsOptions options = psOptions(mode, average, max_staleness, optimizer);
+             options.fp16 = fp16;
              const hora::PsJob job = hora::PsJob::fromEnvironment();
              py::gil_scoped_release release;  // connecting waits for the servers
              return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<float>(initial));
            }),
            py::arg("elements"), py::arg("mode"), py::arg("average") = true, py::arg("max_staleness") = -1,
-           py::arg("initial") = std::vector<uintptr_t>{}, py::arg("optimizer") = py::dict(),
+           py::arg("initial") = std::vector<uintptr_t>{}, py::arg("optimizer") = py::dict(), py::arg("fp16") = false,
            "Connects this worker to every parameter server of the job (HORA_PS_SERVERS) and registers "
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
            "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop', 'lr', 'momentum', "

@@ -61,9 +61,6 @@ void checkParameterServerOptions(const DistributedOptimizerOptions& o) {
   }
   if (o.mode == Exchange::kAllreduce) return;
   const std::string mode = std::string("DistributedOptimizer: mode ") + nameOf(o.mode);
-  if (o.compression != Compression::kNone) {
-    throw InvalidArgumentError(mode + " does not compress gradients yet: use Compression::kNone");
-  }
   if (o.process_set != 0) {
     throw InvalidArgumentError(mode + " takes no process_set (every rank is a worker), got " +
                                std::to_string(o.process_set));
@@ -284,6 +281,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<::torch::optim::Optim
   ps.mode = options_.mode == Exchange::kPsAsync ? PsMode::kAsync : PsMode::kSync;
   ps.average = options_.op == ReduceOp::kAverage;
   ps.max_staleness = options_.max_staleness;
+  ps.fp16 = options_.compression == Compression::kFP16;  // on the wire; the servers compute in float32
   if (options_.mode == Exchange::kPsAsync) {
     readServerOptimizer(*optimizer_, ps);
     warnOfAsyncMomentum(ps.momentum);

@@ -56,7 +56,8 @@ SYNC = textwrap.dedent("""
         m = model()
         opt = hvd.DistributedOptimizer(torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
                                        named_parameters=m.named_parameters(), mode=mode,
-                                       backward_passes_per_step=2 if variant == "twice" else 1)
+                                       backward_passes_per_step=2 if variant == "twice" else 1,
+                                       compression=hvd.Compression.fp16 if variant == "fp16" else hvd.Compression.none)
         for _ in range(steps):
             opt.zero_grad()
             if variant == "twice":
@@ -105,10 +106,13 @@ def numpy_sgd_on_reduced_gradients(w, b, data, steps, lr, momentum, average=True
     return w, b
 
 
-@pytest.mark.parametrize("workers,servers,variant", [(2, 1, "plain"), (3, 2, "plain"), (3, 2, "twice"), (2, 1, "clip")])
+@pytest.mark.parametrize("workers,servers,variant", [(2, 1, "plain"), (3, 2, "plain"), (3, 2, "twice"), (2, 1, "clip"),
+                                                     (3, 2, "fp16")])
 def test_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, variant):
     """The gradients go out from the backward pass's hooks; two backward passes per step, or a
-    synchronize() and clipping before step(), give what allreduce gives."""
+    synchronize() and clipping before step(), give what allreduce gives. fp16: float16 on the
+    wire, both ways (allreduce sums in float16, the servers in float32: equal to float16's
+    precision)."""
     script = tmp_path / "sync.py"
     script.write_text(SYNC)
     out = horarun(workers, servers, script, tmp_path, 3, variant)
@@ -116,12 +120,15 @@ def test_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, variant)
     w, b = numpy_sync_reference(workers, 3)
     for r in range(workers):
         got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        tolerance = 3e-3 if variant == "fp16" else 1e-5  # float16 keeps 11 bits
         for key, reference in (("weight", w), ("bias", b)):
-            np.testing.assert_allclose(got["ps-sync"][key], got["allreduce"][key], rtol=1e-5, atol=1e-6,
-                                       err_msg=f"rank {r} {variant}")
+            np.testing.assert_allclose(got["ps-sync"][key], got["allreduce"][key], rtol=tolerance,
+                                       atol=tolerance / 10, err_msg=f"rank {r} {variant}")
             if variant != "clip":  # the halves' mean gradient is the whole batch's
-                np.testing.assert_allclose(got["ps-sync"][key], reference, rtol=1e-5, atol=1e-5,
+                np.testing.assert_allclose(got["ps-sync"][key], reference, rtol=tolerance, atol=tolerance,
                                            err_msg=f"rank {r} {variant}")
+        if variant == "fp16":  # and float16 was on the wire: its rounding is seen
+            assert np.abs(np.array(got["ps-sync"]["weight"]) - w).max() > 1e-5
         if variant == "clip":
             assert not np.allclose(got["ps-sync"]["weight"], w, atol=1e-4), "clipping changed nothing"
 
@@ -134,6 +141,7 @@ ASYNC = textwrap.dedent("""
     MOMENTUM = {"sgd": (0.5, 0.25), "rmsprop": (0.9, 0.5)}  # up to step 5, after
     out, steps, mode_arg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     kind = sys.argv[4] if len(sys.argv) > 4 else "sgd"
+    compression = hvd.Compression.fp16 if sys.argv[5:] == ["fp16"] else hvd.Compression.none
     staleness = None if mode_arg == "none" else int(mode_arg)
     hvd.init()
     r = hvd.rank()
@@ -144,7 +152,8 @@ ASYNC = textwrap.dedent("""
                                                     initial_accumulator_value=0.2),
              "rmsprop": lambda: torch.optim.RMSprop([p], lr=0.05, alpha=0.9, eps=1e-3, momentum=0.9,
                                                     centered=True)}[kind]()
-    opt = hvd.DistributedOptimizer(inner, named_parameters=[("p", p)], mode="ps-async", max_staleness=staleness)
+    opt = hvd.DistributedOptimizer(inner, named_parameters=[("p", p)], mode="ps-async", max_staleness=staleness,
+                                   compression=compression)
     start = p.detach().clone().tolist()
     # A scheduler's changes reach the servers: lr 0.05 / s at step s, SGD's and RMSprop's momentum
     # lowered after step 5.
@@ -178,15 +187,18 @@ ASYNC = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adagrad", "rmsprop"])
-def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer):
+@pytest.mark.parametrize("optimizer,compression", [("sgd", "none"), ("adam", "none"), ("adagrad", "none"),
+                                                   ("rmsprop", "none"), ("sgd", "fp16")])
+def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer, compression):
+    """fp16: the pushes travel as float16; the servers apply them in float32 and answer with
+    float32 parameters."""
     script = tmp_path / "async.py"
     script.write_text(ASYNC)
     steps = 10
-    out = horarun(2, 1, script, tmp_path, steps, "none", optimizer)
+    out = horarun(2, 1, script, tmp_path, steps, "none", optimizer, compression)
     assert out.returncode == 0, out.stdout + out.stderr
     expect_a_replay_of_the_servers_order([json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)],
-                                         steps, optimizer=optimizer)
+                                         steps, optimizer=optimizer, fp16=compression == "fp16")
     # Momentum 0.9 (RMSprop's) with 2 workers is no hazard: no warning.
     assert "asynchrony alone acts as momentum" not in out.stderr, out.stderr
 
@@ -219,7 +231,20 @@ class TorchServer:
         return p - lr * self.v
 
 
-def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd"):
+def replay(pushes, optimizer, fp16):
+    """The servers' parameters after each push (index: its version), from worker 0's."""
+    p, server = np.ones(50), TorchServer(optimizer)
+    states = [p]
+    for version, r, s, _ in pushes:
+        g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
+        if fp16:  # the worker's float32 gradient, rounded to float16 on the wire
+            g = g.astype(np.float32).astype(np.float16).astype(np.float64)
+        p = server.step(p, g, s, version)
+        states.append(p)
+    return states
+
+
+def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd", fp16=False):
     """Each worker's log (the ASYNC script's) agrees with the servers' optimizer (TorchServer: SGD
     with momentum 0.5, 0.25 after step 5; Adam; Adagrad; centered RMSprop with momentum) applying
     every push in the order of the servers' versions, from worker 0's parameters. held (bounded
@@ -229,11 +254,10 @@ def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd
         assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
-    p, server = np.ones(50), TorchServer(optimizer)  # worker 0's parameters start the servers
-    states = [p]
-    for version, r, s, params in pushes:
-        p = server.step(p, np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s, s, version)
-        states.append(p)
+    states = replay(pushes, optimizer, fp16)
+    if fp16:  # the rounding is seen: the replay of unrounded pushes misses the last answer
+        last = max(pushes)
+        assert np.abs(np.array(last[3]) - replay(pushes, optimizer, False)[last[0]]).max() > 1e-6
     for version, r, s, params in pushes:
         if held:
             assert any(np.allclose(params, state, rtol=1e-5, atol=1e-5) for state in states[version:]), \

@@ -30,6 +30,7 @@ SYNC = textwrap.dedent("""
     import json, sys, numpy as np, tensorflow as tf
     import hora.tensorflow.keras as hvd
     out, steps = sys.argv[1], int(sys.argv[2])
+    compression = hvd.Compression.fp16 if sys.argv[3:] == ["fp16"] else hvd.Compression.none
     hvd.init()
     r = hvd.rank()
     tf.config.threading.set_intra_op_parallelism_threads(1)
@@ -44,7 +45,8 @@ SYNC = textwrap.dedent("""
     for mode in ("ps-sync", "allreduce"):
         model = tf.keras.Sequential([tf.keras.Input((40,)), tf.keras.layers.Dense(30)])
         model.layers[0].set_weights([w.T, b])
-        opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9), mode=mode)
+        opt = hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.1, momentum=0.9), mode=mode,
+                                       compression=compression)
         model.compile(optimizer=opt, loss="mse")
         model.fit(x, y, batch_size=8, epochs=steps, shuffle=False, verbose=0)
         kernel, bias = model.layers[0].get_weights()
@@ -53,19 +55,25 @@ SYNC = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("compression", ["none", "fp16"])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
-def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python):
+def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python, compression):
+    """fp16: float16 on the wire both ways, within float16's precision of the reference, and its
+    rounding seen."""
     script = tmp_path / "sync.py"
     script.write_text(SYNC)
     workers, servers = 2, 2  # the kernel (1200 elements) is split across both servers
-    out = keras_job(python, workers, servers, script, tmp_path, 3)
+    out = keras_job(python, workers, servers, script, tmp_path, 3, compression)
     assert out.returncode == 0, out.stdout + out.stderr
     w, b = numpy_sync_reference(workers, 3)
+    tolerance = 3e-3 if compression == "fp16" else 1e-5
     for r in range(workers):
         got = json.loads((tmp_path / f"rank{r}.json").read_text())
         for mode in ("ps-sync", "allreduce"):
-            np.testing.assert_allclose(got[mode]["weight"], w, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
-            np.testing.assert_allclose(got[mode]["bias"], b, rtol=1e-5, atol=1e-5, err_msg=f"rank {r} {mode}")
+            np.testing.assert_allclose(got[mode]["weight"], w, rtol=tolerance, atol=tolerance, err_msg=f"rank {r} {mode}")
+            np.testing.assert_allclose(got[mode]["bias"], b, rtol=tolerance, atol=tolerance, err_msg=f"rank {r} {mode}")
+        if compression == "fp16":
+            assert np.abs(np.array(got["ps-sync"]["weight"]) - w).max() > 1e-5
 
 
 ASYNC = textwrap.dedent("""

@@ -58,7 +58,8 @@ class _DistributedBase:
                                              s.process_set, s.scale_local_gradients)
         self._hora_aggregator = None
         # mode="ps-sync"/"ps-async": the job's parameter servers instead of the reducer.
-        self._hora_ps = None if s.mode == ALLREDUCE else _ps.KerasParameterServers(s.mode, s.op, s.max_staleness, self)
+        self._hora_ps = None if s.mode == ALLREDUCE else _ps.KerasParameterServers(s.mode, s.op, s.max_staleness, self,
+                                                                                    s.compression)
         if s.backward_passes_per_step > 1:
             self._hora_aggregator = LocalAggregator(s.backward_passes_per_step, s.average_aggregated_gradients,
                                                     self._hora_reducer, s.sparse_as_dense)

@@ -100,9 +100,10 @@ def dense_float32(grad, variable):
 class KerasParameterServers:
     """This worker's exchange with the servers, for one optimizer."""
 
-    def __init__(self, mode, op, max_staleness, optimizer):
+    def __init__(self, mode, op, max_staleness, optimizer, compression=None):
         self.optimizer = optimizer
         self.mode = mode
+        self.fp16 = compression is hvd.Compression.fp16  # on the wire (ParameterServerClient)
         self.average = op == hvd.Average
         self.max_staleness = max_staleness
         self.server_optimizer = server_optimizer(optimizer) if mode == PS_ASYNC else None
@@ -115,7 +116,8 @@ class KerasParameterServers:
         elements = [int(np.prod(s)) for s in shapes]
         self.client = ParameterServerClient(elements, self.mode, average=self.average,
                                             max_staleness=self.max_staleness,
-                                            initial=[a.ctypes.data for a in initial], optimizer=self.server_optimizer)
+                                            initial=[a.ctypes.data for a in initial], optimizer=self.server_optimizer,
+                                            fp16=self.fp16)
 
     def _exchange(self, *arrays):
         # numpy_function: the gradients, then (async) the variables' values, the learning rate and
@@ -163,8 +165,9 @@ class KerasParameterServers:
 
 def check_arguments(mode, compression, gradient_predivide_factor, backward_passes_per_step, groups, process_set):
     """ValueError for the arguments the parameter server modes do not take (yet)."""
-    if compression is not hvd.Compression.none:
-        raise ValueError(f"mode={mode!r} does not compress gradients yet: use compression=Compression.none")
+    if compression not in (hvd.Compression.none, hvd.Compression.fp16):
+        raise ValueError(f"mode={mode!r} compresses with Compression.fp16 (on the wire) or not at all "
+                         f"(Compression.none), not {getattr(compression, '__name__', compression)}")
     if gradient_predivide_factor != 1.0 or backward_passes_per_step != 1 or groups is not None \
             or process_set is not hvd.global_process_set:
         raise ValueError(f"mode={mode!r} takes no groups, process_set, gradient_predivide_factor or "

@@ -59,18 +59,19 @@ def warn_of_async_momentum(momentum, workers=None, rank=None, stacklevel=3):
 class ParameterServerClient:
     """This worker's side: register the tensors (element counts, float32) once, then step()."""
 
-    def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None):
+    def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None, fp16=False):
         """optimizer (ps-async): what the servers apply the pushes with, a dict of "name" ("sgd",
         "adam", "adagrad" or "rmsprop"), "lr", "momentum" (sgd, rmsprop), "beta1", "beta2" (adam),
         "epsilon" (adam, adagrad, rmsprop), "rho", "centered" (rmsprop), "lr_decay",
         "initial_accumulator_value" (adagrad) and "keras_form" (Keras' form of the update rather
-        than torch's)."""
+        than torch's). fp16 (Compression.fp16): the pushes, and ps-sync's replies, travel as
+        float16; the servers sum and apply in float32."""
         check_mode(mode, max_staleness)
         if mode == ALLREDUCE:
             raise ValueError("mode 'allreduce' uses no parameter servers")
         self._client = _core.PsClient(list(elements), mode, average=average,
                                       max_staleness=-1 if max_staleness is None else max_staleness,
-                                      initial=list(initial), optimizer=dict(optimizer or {}))
+                                      initial=list(initial), optimizer=dict(optimizer or {}), fp16=bool(fp16))
         _open_clients.add(self)
 
     @property

@@ -11,7 +11,8 @@ copied into the model; the wrapped optimizer's own step does not run.
 A hook on each parameter's gradient accumulator hands the gradient to the client once the
 step's last backward pass has produced it, so the pushes go out while the backward pass goes on
 (Note [overlapped pushes] in src/ps/client.cc); step() (or synchronize()) pushes whatever no hook
-handed over and waits for the servers' answers."""
+handed over and waits for the servers' answers. compression=Compression.fp16 sends the pushes (and
+ps-sync's answers) as float16; the servers compute in float32."""
 
 import contextlib
 import warnings
@@ -91,7 +92,8 @@ class _ParameterServerOptimizer(HookedOptimizer):
         self._client = ParameterServerClient(
             [p.numel() for p in self._params], mode, average=(op == Average), max_staleness=max_staleness,
             # ps-async: every worker starts from the servers' parameters (worker 0's).
-            initial=[p.data.data_ptr() for p in self._params] if mode == PS_ASYNC else (), optimizer=server_options)
+            initial=[p.data.data_ptr() for p in self._params] if mode == PS_ASYNC else (), optimizer=server_options,
+            fp16=compression is Compression.fp16)
         self._register_hooks()
 
     def _make_hook(self, p):
@@ -177,8 +179,9 @@ def ps_optimizer(wrap, optimizer, named_parameters, compression, backward_passes
     """The optimizer of a parameter server mode, or ValueError for what it cannot do yet."""
     if op not in (Average, Sum):
         raise ValueError(f"mode={mode!r} reduces with op=Average or op=Sum only")
-    if compression is not Compression.none:
-        raise ValueError(f"mode={mode!r} does not compress gradients yet: use compression=Compression.none")
+    if compression not in (Compression.none, Compression.fp16):
+        raise ValueError(f"mode={mode!r} compresses with Compression.fp16 (on the wire) or not at all "
+                         f"(Compression.none), not {getattr(compression, '__name__', compression)}")
     server_options = server_optimizer(optimizer) if mode == PS_ASYNC else None
     if server_options:  # at construction, where the warning's line points at the user's code
         warn_of_async_momentum(server_options.get("momentum", 0.0), stacklevel=4)

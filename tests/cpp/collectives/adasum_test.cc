@@ -9,7 +9,7 @@
 #include <cmath>
 #include <random>
 
-#include "collectives/half.h"
+#include "common/half.h"
 #include "engine_test_util.h"
 #include "expect_error.h"
 #include "harness.h"
@@ -67,10 +67,10 @@ std::vector<std::byte> encode(DataType type, const Vec& v) {
       case DataType::kFloat32: reinterpret_cast<float*>(out.data())[i] = static_cast<float>(v[i]); break;
       case DataType::kFloat64: reinterpret_cast<double*>(out.data())[i] = v[i]; break;
       case DataType::kFloat16:
-        reinterpret_cast<uint16_t*>(out.data())[i] = collectives::Half::fromFloat(static_cast<float>(v[i]));
+        reinterpret_cast<uint16_t*>(out.data())[i] = common::Half::fromFloat(static_cast<float>(v[i]));
         break;
       case DataType::kBFloat16:
-        reinterpret_cast<uint16_t*>(out.data())[i] = collectives::BFloat16::fromFloat(static_cast<float>(v[i]));
+        reinterpret_cast<uint16_t*>(out.data())[i] = common::BFloat16::fromFloat(static_cast<float>(v[i]));
         break;
       default: ADD_FAILURE() << "not a float type";
     }
@@ -84,9 +84,9 @@ Vec decode(DataType type, const std::vector<std::byte>& b) {
     switch (type) {
       case DataType::kFloat32: out[i] = reinterpret_cast<const float*>(b.data())[i]; break;
       case DataType::kFloat64: out[i] = reinterpret_cast<const double*>(b.data())[i]; break;
-      case DataType::kFloat16: out[i] = collectives::Half::toFloat(reinterpret_cast<const uint16_t*>(b.data())[i]); break;
+      case DataType::kFloat16: out[i] = common::Half::toFloat(reinterpret_cast<const uint16_t*>(b.data())[i]); break;
       case DataType::kBFloat16:
-        out[i] = collectives::BFloat16::toFloat(reinterpret_cast<const uint16_t*>(b.data())[i]);
+        out[i] = common::BFloat16::toFloat(reinterpret_cast<const uint16_t*>(b.data())[i]);
         break;
       default: ADD_FAILURE() << "not a float type";
     }

@@ -16,12 +16,14 @@
 #include <utility>
 #include <vector>
 
-#include "collectives/half.h"
+#include "common/half.h"
 #include "collectives/reduce.h"
 #include "collectives/reduce16.h"
 
 namespace hora::collectives {
 namespace {
+using common::BFloat16;
+using common::Half;
 
 TEST(Reduce, BFloat16RoundsToNearestEvenAndKeepsNaN) {
   // 1 + 2^-8 lies exactly between two bfloat16 values (1 and 1 + 2^-7): ties go to even (1).

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/half.h"
 #include "harness.h"
 #include "hora/errors.h"
 #include "hora/ps.h"
@@ -439,8 +440,11 @@ int runServerRole(int index, int workers) {
 // closed form, so the mean is known exactly.
 const std::vector<size_t> kSizes = {300, 7, 1, 33};
 float gradientAt(int w, int s, size_t t, size_t i) {
-  return static_cast<float>((w + 1) * 0.5 * static_cast<double>(i + 1) + static_cast<double>(t) + s);
+  // (+ 0.01 (w + 1): no mean is a float16, so a reply that skipped float16 would be seen.)
+  return static_cast<float>((w + 1) * 0.5 * static_cast<double>(i + 1) + static_cast<double>(t) + s + 0.01 * (w + 1));
 }
+
+float roundedToHalf(float x) { return common::Half::toFloat(common::Half::fromFloat(x)); }
 
 // PS_READY: a worker readies tensors before step(), as hooks would, in an order of its own (the
 // backward order, or another), leaving one to step() on odd ranks.
@@ -454,7 +458,9 @@ HORA_WORKER_SCENARIO(ps_sync_job) {
   const int rank = envInt("HORA_RANK", 0), workers = envInt("PS_WORKERS", 2), servers = envInt("PS_SERVERS", 1);
   if (rank >= workers) return runServerRole(rank - workers, workers);
   try {
-    ParameterServerClient client(workerJob(rank, workers, servers), kSizes, PsOptions{});
+    PsOptions options;
+    options.fp16 = std::getenv("PS_FP16") != nullptr;
+    ParameterServerClient client(workerJob(rank, workers, servers), kSizes, options);
     for (int s = 1; s <= 3; ++s) {
       std::vector<std::vector<float>> grads(kSizes.size());
       std::vector<const float*> in;
@@ -469,9 +475,15 @@ HORA_WORKER_SCENARIO(ps_sync_job) {
       for (size_t t = 0; t < kSizes.size(); ++t) {
         for (size_t i = 0; i < kSizes[t]; ++i) {
           double sum = 0;  // reference: the mean in double over every worker's closed form
-          for (int w = 0; w < workers; ++w) sum += gradientAt(w, s, t, i);
+          for (int w = 0; w < workers; ++w) {
+            const float g = gradientAt(w, s, t, i);
+            sum += options.fp16 ? roundedToHalf(g) : g;
+          }
           const double mean = sum / workers;
-          if (std::abs(grads[t][i] - mean) > 1e-5 * std::abs(mean)) {
+          // fp16: pushed as float16, summed in float32, answered as float16 (11 significant bits).
+          const double tolerance = options.fp16 ? std::abs(mean) / 1024 : 1e-5 * std::abs(mean);
+          const bool half = roundedToHalf(grads[t][i]) == grads[t][i];
+          if (std::abs(grads[t][i] - mean) > tolerance || (options.fp16 && !half)) {
             std::printf("MISMATCH step %d tensor %zu element %zu: %g vs %g\n", s, t, i, grads[t][i], mean);
             return 1;
           }
@@ -490,6 +502,7 @@ struct SyncCase {
   int workers, servers;
   std::string transport;
   bool ready = false;  // tensors readied before step(), pushed in parts of 64 bytes
+  bool fp16 = false;   // float16 on the wire
 };
 
 class PsSyncJob : public ::testing::TestWithParam<SyncCase> {};
@@ -502,6 +515,7 @@ TEST_P(PsSyncJob, EveryWorkerGetsTheMean) {
     env["PS_READY"] = "1";
     env["HORA_BUCKET_BYTES"] = "64";
   }
+  if (c.fp16) env["PS_FP16"] = "1";
   ProcessJob job(c.workers + c.servers, "ps_sync_job", env);
   const auto outcomes = job.wait(60s);
   for (size_t r = 0; r < outcomes.size(); ++r)
@@ -511,11 +525,12 @@ TEST_P(PsSyncJob, EveryWorkerGetsTheMean) {
 INSTANTIATE_TEST_SUITE_P(Shapes, PsSyncJob,
                          ::testing::Values(SyncCase{2, 1, "auto"}, SyncCase{2, 2, "auto"}, SyncCase{3, 1, "auto"},
                                            SyncCase{3, 2, "auto"}, SyncCase{3, 2, "tcp"},
-                                           SyncCase{3, 2, "auto", true}, SyncCase{2, 1, "tcp", true}),
+                                           SyncCase{3, 2, "auto", true}, SyncCase{2, 1, "tcp", true},
+                                           SyncCase{3, 2, "auto", true, true}, SyncCase{2, 1, "tcp", false, true}),
                          [](const ::testing::TestParamInfo<SyncCase>& shape) {
                            return std::to_string(shape.param.workers) + "workers" +
                                   std::to_string(shape.param.servers) + "servers_" + shape.param.transport +
-                                  (shape.param.ready ? "_readied_in_parts" : "");
+                                  (shape.param.ready ? "_readied_in_parts" : "") + (shape.param.fp16 ? "_fp16" : "");
                          });
 
 // ready() pushes without step(): worker 1 readies every tensor, then steps only once worker 0's

@@ -12,7 +12,7 @@
 #include <bit>
 #include <cstdint>
 
-namespace hora::collectives {
+namespace hora::common {
 
 // cond ? a : b without a branch: GCC does not if-convert every ternary inside a loop, and one
 // branch keeps the whole loop scalar.
@@ -65,4 +65,4 @@ struct BFloat16 {
   }
 };
 
-}  // namespace hora::collectives
+}  // namespace hora::common
