@@ -28,10 +28,10 @@ JOB_DEADLINE_S = 55
 class Job:
     """A horarun job whose output (stdout and stderr together) a thread collects as it comes."""
 
-    def __init__(self, horarun_args, tmp_path, steps):
+    def __init__(self, horarun_args, tmp_path, steps, extra=()):
         self.out = tmp_path
         self.proc = subprocess.Popen([HORARUN, *horarun_args, sys.executable, TRAIN, "--out", str(tmp_path),
-                                      "--steps", str(steps)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      "--steps", str(steps), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, start_new_session=True)
         self.deadline = time.monotonic() + JOB_DEADLINE_S
         self.lines = []
@@ -145,3 +145,22 @@ def test_a_killed_worker_re_forms_the_job_with_servers_for_the_survivors(tmp_pat
     redone = [int(m[1]) for m in map(STEP.search, job.lines) if m and m[2] == "1" and m[3] == "0"]
     assert redone and redone[0] == killed_after // COMMIT_EVERY * COMMIT_EVERY + 1, (killed_after, redone)
     check_training(job.results(2), 30, {3, 2}, output)
+
+
+def test_ps_async_a_killed_worker_re_forms_the_job_and_the_new_servers_take_the_restored_commit(tmp_path):
+    # The servers apply each push as it comes, so the weights depend on the order of the pushes:
+    # no replay here, but every step is committed once, and the new servers register (and hand
+    # back) the restored commit, so the job finishes with finite weights that moved.
+    job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "2", "-H", "127.0.0.1:2,127.0.0.2:1"],
+              tmp_path, steps=30, extra=["--mode", "ps-async"])
+    job.wait_for(step_between_commits(3, 0, 6))
+    victim = job.wait_for(lambda line: (m := STEP.search(line)) and m[2] == "0" and m[3] == "2" and int(m[5]))
+    os.kill(victim, signal.SIGKILL)
+    code, output = job.finish()
+    assert code == 0, output
+    for r in (0, 1):
+        assert re.search(rf"rank {r} caught \w+: .*(worker 2|rank 2)", output), output
+    assert "horarun: generation 1: 2 rank(s)" in output, output
+    for run in job.results(2):
+        assert [s for s, _ in run["log"]] == list(range(30)), run["log"]
+        assert all(numpy.isfinite(run["weights"])) and min(run["weights"]) < -1, run["weights"]
