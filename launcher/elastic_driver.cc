@@ -21,6 +21,7 @@
 #include "launcher/host_discovery.h"
 #include "launcher/host_resolution.h"
 #include "launcher/remote.h"
+#include "launcher/server_plan.h"
 #include "launcher/worker_set.h"
 #include "launcher/worker_start.h"
 #include "rendezvous/tcp_store.h"
@@ -129,7 +130,8 @@ class ElasticDriver {
         reach_(f, first_hosts_),
         store_(reach_.listenAddress(), 0, secret_),
         workers_(milliseconds(static_cast<int64_t>(f.grace_seconds * 1000)), f.output_dir, f.timestamp_output),
-        planner_(limitsOf(f, env_), drawCooldown) {
+        planner_(limitsOf(f, env_), drawCooldown),
+        server_count_(serverCount(f.server_hosts, f.servers)) {
     if (!f.elastic.discovery_script.empty())
       discovery_.emplace(f.elastic.discovery_script, f.slots_per_host > 0 ? f.slots_per_host : 1);
   }
@@ -148,17 +150,7 @@ class ElasticDriver {
     for (;;) {
       ElasticPlanner::Decisions d;
       for (const auto& [id, why] : std::exchange(unstartable_, {})) planner_.exited(id, true, why, Clock::now(), d);
-      for (const WorkerSet::Exit& e : workers_.reap(kLookPeriod)) {
-        std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
-        for (int n : numbers)
-          if (auto id = ids_.find(n); id != ids_.end()) {
-            // A killed process never leaves its failure report; one that exited did, if at all.
-            if (e.why.find(" was killed by ") != std::string::npos)
-              d.reports.push_back({planner_.generation(), planner_.rankOf(id->second), "horarun: " + exitText(id->second, e)});
-            planner_.exited(id->second, e.failed, exitText(id->second, e), Clock::now(), d);
-            forget(id);
-          }
-      }
+      for (const WorkerSet::Exit& e : workers_.reap(kLookPeriod)) exited(e, d);
       if (const int sig = takePendingSignal()) {
         std::cerr << "horarun: received signal " << strsignal(sig) << "; stopping the workers\n";
         workers_.stopAll();
@@ -187,6 +179,42 @@ class ElasticDriver {
         break;
       }
     return "worker " + id + (e.agent_ranks.empty() ? " " : " (its host's ssh and host agent) ") + what;
+  }
+
+  void exited(const WorkerSet::Exit& e, ElasticPlanner::Decisions& d) {
+    std::vector<int> numbers = e.agent_ranks.empty() ? std::vector<int>{e.rank} : e.agent_ranks;
+    for (int n : numbers) {
+      if (auto server = servers_.find(n); server != servers_.end()) {
+        serverExited(server->second, e);
+        servers_.erase(server);
+      } else if (auto id = ids_.find(n); id != ids_.end()) {
+        // A killed process never leaves its failure report; one that exited did, if at all.
+        if (e.why.find(" was killed by ") != std::string::npos)
+          d.reports.push_back({planner_.generation(), planner_.rankOf(id->second), "horarun: " + exitText(id->second, e)});
+        planner_.exited(id->second, e.failed, exitText(id->second, e), Clock::now(), d);
+        forget(id);
+      }
+    }
+  }
+
+  // A server of the running generation ended without being stopped. Its workers fail their next
+  // exchange with it (PeerError naming it) and re-join, as after a lost worker; the next generation
+  // gets new servers. Its host is not blacklisted: a server holds no state a new one lacks, and the
+  // host may run ranks. Exiting 0 (every worker said goodbye: training ended) needs no word.
+  void serverExited(int index, const WorkerSet::Exit& e) {
+    if (!e.failed) return;
+    const std::string prefix = bootstrap::generationPrefix(planner_.generation());
+    std::string who = "host " + server_hosts_[static_cast<size_t>(index)];
+    try {
+      // "host h, pid p", as the server published it for its workers' messages.
+      if (auto published = client_->tryGet(prefix + "ps/server/" + std::to_string(index), soon())) who = *published;
+    } catch (const Error&) {
+    }
+    std::string what = e.why;
+    for (const char* verb : {" exited with ", " was killed by "})
+      if (const auto at = e.why.find(verb); at != std::string::npos) what = e.why.substr(at + 1);
+    std::cerr << "horarun: parameter server " << index << " (" << who << ") of generation " << planner_.generation()
+              << " " << what << "; its workers re-join and the next generation starts new servers\n";
   }
 
   // The joins that arrived since the last look (a worker bumps elastic/joins after its join key).
@@ -270,6 +298,33 @@ class ElasticDriver {
       size += rank >= 0;
     }
     std::cerr << "horarun: generation " << planner_.generation() << ": " << size << " rank(s)\n";
+    startServers(size);
+  }
+
+  // Note [servers of a generation]: parameter servers hold nothing a re-formed job needs (ps-sync
+  // sums one step at a time; ps-async starts again from worker 0's parameters, the restored
+  // commit), so each generation gets servers of its own: the previous ones are stopped, and K new
+  // ones serve the new ranks under the generation's store prefix, where nothing of the old ones
+  // can be read. Servers on --server-hosts stay there; the others go to the new ranks' hosts.
+  void startServers(int size) {
+    for (const auto& [number, index] : std::exchange(servers_, {})) workers_.stop(number);
+    if (server_count_ == 0) return;
+    std::vector<Placement> ranks(static_cast<size_t>(size));
+    for (const auto& [number, id] : ids_)
+      if (const int rank = planner_.rankOf(id); rank >= 0) ranks[static_cast<size_t>(rank)] = {hosts_.at(id), rank};
+    server_hosts_ = placeServers(f_.server_hosts, f_.servers, ranks);
+    auto servers = serverWorkers(size, server_hosts_, env_, ranks, start_.is_local, start_.horarun,
+                                 storeVariables("", store_.port(), secret_), planner_.generation());
+    for (size_t k = 0; k < servers.size(); ++k) {
+      servers[k].number = next_number_++;
+      servers[k].env["HORA_RENDEZVOUS_ADDR"] = reach_.addressFor(servers[k].host);
+      servers_[servers[k].number] = static_cast<int>(k);
+    }
+    for (const WorkerSpec& spec : workerSpecs(servers, start_)) {
+      if (f_.verbose) std::cerr << "horarun: parameter server " << servers_.at(spec.rank) << " on " << spec.host << "\n";
+      workers_.start(spec);
+      if (spec.agent_ranks.empty()) workers_.relabel(spec.rank, "ps" + std::to_string(servers_.at(spec.rank)));
+    }
   }
 
   Env workerEnvironment(const ElasticPlanner::Worker& w, const std::string& store_address) const {
@@ -294,6 +349,7 @@ class ElasticDriver {
       const int number = next_number_++;
       ids_[number] = w.id;
       numbers_[w.id] = number;
+      hosts_[w.id] = w.host;
       std::string store_address;
       try {
         store_address = reach_.addressFor(w.host);
@@ -322,6 +378,10 @@ class ElasticDriver {
   std::optional<HostDiscovery> discovery_;
   std::map<int, std::string> ids_;       // the WorkerSet's number of each worker -> its id
   std::map<std::string, int> numbers_;   // and back
+  std::map<std::string, std::string> hosts_;  // each worker id's host
+  const int server_count_;                    // --servers / --server-hosts: K per generation
+  std::map<int, int> servers_;                // the running generation's servers: WorkerSet number -> index
+  std::vector<std::string> server_hosts_;     // and their hosts, by index
   std::map<std::string, std::string> nonces_;  // the last join read of each worker
   std::vector<std::pair<std::string, std::string>> unstartable_;  // (worker id, why), reported as exits
   int next_number_ = 0;

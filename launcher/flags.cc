@@ -168,6 +168,9 @@ std::string refusal(const JobFlags& f) {
   if (command.empty()) return "no command given; usage: horarun -np N [-H host:slots,...] command [args...]";
   const ElasticFlags& e = f.elastic;
   if (e.enabled() && f.mpi) return "--mpi cannot start an elastic job (--min-np, --max-np, --host-discovery-script)";
+  // mpirun starts the ranks only; an elastic job's driver starts each generation's servers.
+  if ((f.servers > 0 || !f.server_hosts.empty()) && f.mpi)
+    return "--servers and --server-hosts cannot be combined with --mpi yet: mpirun would not start the servers";
   if (e.max_np > 0 && e.min_np > e.max_np)
     return "--min-np " + std::to_string(e.min_np) + " exceeds --max-np " + std::to_string(e.max_np);
   if (e.cooldown_range.size() == 2 && e.cooldown_range[0] > e.cooldown_range[1])

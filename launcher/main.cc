@@ -22,6 +22,7 @@
 #include "launcher/job_plan.h"
 #include "launcher/mpirun_job.h"
 #include "launcher/ps_servers.h"
+#include "launcher/server_plan.h"
 #include "launcher/static_job.h"
 
 namespace {
@@ -30,9 +31,14 @@ using namespace hora::launcher;
 
 int run(const JobFlags& f) {
   try {
-    if ((f.servers > 0 || !f.server_hosts.empty()) && (f.elastic.enabled() || f.mpi))
-      throw hora::InvalidArgumentError("--servers and --server-hosts cannot be combined with an elastic job or --mpi yet");
-    if (f.elastic.enabled()) return runElasticJob(f, workerEnvironment(f));
+    if (f.elastic.enabled()) {
+      // Every generation has the same number of servers (docs/parameter_servers.md, "Servers in an
+      // elastic job"): the workers know it from the start.
+      std::map<std::string, std::string> env = workerEnvironment(f);
+      if (const int servers = serverCount(f.server_hosts, f.servers); servers > 0)
+        env["HORA_PS_SERVERS"] = std::to_string(servers);
+      return runElasticJob(f, env);
+    }
     const JobPlan plan = planJob(f);
     if (f.mpi) return runMpirunJob(f, plan, workerEnvironment(f));
     std::map<std::string, std::string> env = workerEnvironment(f);

@@ -49,10 +49,14 @@ std::vector<std::string> placeServers(const std::string& server_hosts, int serve
   return placed;
 }
 
+int serverCount(const std::string& server_hosts, int servers) {
+  return server_hosts.empty() ? servers : static_cast<int>(placeOnListedHosts(server_hosts, servers).size());
+}
+
 std::vector<Worker> serverWorkers(int np, const std::vector<std::string>& hosts, const Env& env,
                                   const std::vector<Placement>& ranks,
                                   const std::function<bool(const std::string&)>& is_local,
-                                  const std::string& horarun, const Env& store) {
+                                  const std::string& horarun, const Env& store, int generation) {
   // A server on this machine takes the name of this machine's ranks ("localhost" and
   // "127.0.0.1" are one host to the user, but shared memory needs equal names).
   std::string local_rank_host;
@@ -63,6 +67,7 @@ std::vector<Worker> serverWorkers(int np, const std::vector<std::string>& hosts,
   common["HORA_SIZE"] = std::to_string(np);  // a server's HORA_SIZE is the number of workers it serves
   common["HORA_PS_SERVERS"] = std::to_string(hosts.size());
   common.erase("HORA_RANK");
+  if (generation >= 0) common["HORA_PS_GENERATION"] = std::to_string(generation);
   std::vector<Worker> servers;
   for (size_t k = 0; k < hosts.size(); ++k) {
     Worker w;

@@ -24,14 +24,19 @@ inline constexpr const char* kPsServerFlag = "--ps-server";
 std::vector<std::string> placeServers(const std::string& server_hosts, int servers,
                                       const std::vector<Placement>& ranks);
 
+// How many servers --servers and --server-hosts ask for (the counts' sum when --servers is 0);
+// InvalidArgumentError as placeServers.
+int serverCount(const std::string& server_hosts, int servers);
+
 // The servers as workers numbered np, np+1, ... after the ranks, named "parameter server k",
 // running `horarun --ps-server`. A server's HORA_HOSTNAME is the name the ranks of its host
 // know it by, so that the pairs on one host use shared memory; `is_local` says which hosts are
-// this machine.
+// this machine. `generation` >= 0: the servers of that generation of an elastic job
+// (HORA_PS_GENERATION), serving its np ranks under its store prefix.
 std::vector<Worker> serverWorkers(int np, const std::vector<std::string>& hosts, const Env& env,
                                   const std::vector<Placement>& ranks,
                                   const std::function<bool(const std::string&)>& is_local,
-                                  const std::string& horarun, const Env& store);
+                                  const std::string& horarun, const Env& store, int generation = -1);
 
 // In ps-async mode the servers go on without a worker that died (they drop it from the staleness
 // gate), and so does the job: WorkerSet::wait's `tolerate`, which lets a failed worker go while

@@ -73,6 +73,10 @@ struct PsJob {
 
   // From HORA_RANK, HORA_SIZE, HORA_PS_SERVERS, HORA_HOSTNAME and the rendezvous variables.
   static HORA_API PsJob fromEnvironment();
+  // This job as generation `generation` of an elastic job has it: this worker is rank `rank` of
+  // `size` there, and the generation's own servers keep their keys under its store prefix
+  // (docs/parameter_servers.md, "Servers in an elastic job").
+  HORA_API PsJob inGeneration(int generation, int rank, int size) const;
 };
 
 // After a step: this worker's steps the servers have applied, and the fewest any live worker has

@@ -59,6 +59,9 @@ constexpr KnobSpec kKnobs[] = {
      "to them when an optimizer asks for a ps-sync or ps-async mode (docs/parameter_servers.md)."},
     {"HORA_PS_SERVER_INDEX", "", G::kLauncherSet, S::kRank, "0",
      "Set in a parameter server process only: its number, 0 to HORA_PS_SERVERS - 1."},
+    {"HORA_PS_GENERATION", "", G::kLauncherSet, S::kRank, "",
+     "Set in a parameter server of an elastic job only: the generation it serves, whose store prefix "
+     "its keys go under (docs/parameter_servers.md, \"Servers in an elastic job\")."},
     {"OMPI_COMM_WORLD_RANK", "", G::kForeignLauncher, S::kRank, "", "Rank, as OpenMPI's mpirun sets it (used without horarun)."},
     {"OMPI_COMM_WORLD_SIZE", "", G::kForeignLauncher, S::kRank, "", "Number of ranks, as OpenMPI's mpirun sets it."},
     {"OMPI_COMM_WORLD_LOCAL_SIZE", "", G::kForeignLauncher, S::kRank, "",

@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "bootstrap/job/elastic_join.h"
 #include "bootstrap/job/horarun.h"
 #include "bootstrap/job/job.h"
 #include "common/config.h"
@@ -45,6 +46,15 @@ PsJob PsJob::fromEnvironment() {
   job.hostname = id.hostname;
   job.rendezvous = bootstrap::horarunStore(env, 2);  // the servers are always peers
   job.options = common::communicatorOptionsFrom(env);
+  return job;
+}
+
+PsJob PsJob::inGeneration(int generation, int rank, int size) const {
+  if (generation < 0) throw InvalidArgumentError("elastic generation " + std::to_string(generation) + " < 0");
+  PsJob job = *this;
+  job.worker = rank;
+  job.workers = size;
+  job.rendezvous.prefix = bootstrap::generationPrefix(generation);
   return job;
 }
 
@@ -382,6 +392,22 @@ ps::Registration registrationOf(const PsJob& job, const PsOptions& options, cons
   return r;
 }
 
+// InvalidArgumentError for a client that cannot work.
+void checkArguments(const PsJob& job, const PsOptions& options, size_t tensors, size_t initial) {
+  if (job.servers < 1) throw InvalidArgumentError("a parameter server client needs at least one server");
+  if (job.worker < 0 || job.worker >= job.workers)
+    throw InvalidArgumentError("worker " + std::to_string(job.worker) + " outside 0.." + std::to_string(job.workers - 1));
+  // An elastic worker's HORA_RANK is where it started, and its servers serve one generation: without
+  // inGeneration() it would wait for servers that never come.
+  if (job.rendezvous.prefix.empty() && common::Env::fromProcess().getBool("HORA_ELASTIC"))
+    throw InvalidArgumentError("in an elastic job the parameter servers serve one generation each: connect with "
+                               "PsJob::inGeneration(generation, rank, size) of the current generation "
+                               "(hora.torch's and hora.keras' optimizers do)");
+  if (options.mode == PsMode::kAsync && initial != tensors)
+    throw InvalidArgumentError("ps-async needs the initial parameters of every tensor (" + std::to_string(tensors) +
+                               "), got " + std::to_string(initial));
+}
+
 }  // namespace
 
 std::string asyncMomentumWarning(int workers, double momentum) {
@@ -399,12 +425,7 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
                                              const PsOptions& options, const std::vector<float*>& initial)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
-  if (job.servers < 1) throw InvalidArgumentError("a parameter server client needs at least one server");
-  if (job.worker < 0 || job.worker >= job.workers)
-    throw InvalidArgumentError("worker " + std::to_string(job.worker) + " outside 0.." + std::to_string(job.workers - 1));
-  if (options.mode == PsMode::kAsync && initial.size() != tensor_elements.size())
-    throw InvalidArgumentError("ps-async needs the initial parameters of every tensor (" +
-                               std::to_string(tensor_elements.size()) + "), got " + std::to_string(initial.size()));
+  checkArguments(job, options, tensor_elements.size(), initial.size());
   s.job = job;
   s.job.options.spin = s.job.options.shm_spin = std::chrono::microseconds(0);  // see quiet() in server.cc
   s.options = options;

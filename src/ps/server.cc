@@ -7,6 +7,7 @@
 
 #include <cstring>
 
+#include "bootstrap/job/elastic_join.h"
 #include "bootstrap/job/horarun.h"
 #include "bootstrap/job/job.h"
 #include "common/config.h"
@@ -70,6 +71,10 @@ ServerOptions ServerOptions::fromEnvironment() {
   o.workers = static_cast<int>(env.getInt("HORA_SIZE", 1, 1 << 20));
   o.hostname = bootstrap::identityFrom(env).hostname;
   o.rendezvous = bootstrap::horarunStore(env, 2);  // a server always talks to its workers
+  // An elastic job's servers serve one generation: their keys (and their workers' pairs) go under
+  // its prefix, where nothing of another generation's servers can be found.
+  if (env.isSet("HORA_PS_GENERATION"))
+    o.rendezvous.prefix = bootstrap::generationPrefix(static_cast<int>(env.getInt("HORA_PS_GENERATION", 0, 1 << 30)));
   o.options = common::communicatorOptionsFrom(env);
   o.start_timeout = std::chrono::milliseconds(
       static_cast<int64_t>(env.getDouble("HORA_PS_START_TIMEOUT_SECONDS", 0.001, 7 * 24 * 3600.0) * 1000));

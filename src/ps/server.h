@@ -39,8 +39,8 @@ struct ServerOptions {
   CommunicatorOptions options;   // options.timeout bounds every reply's wait
   std::chrono::milliseconds start_timeout{600000};  // for each worker to connect
 
-  // From HORA_PS_SERVER_INDEX, HORA_SIZE (the workers), HORA_HOSTNAME, the rendezvous variables
-  // and HORA_PS_START_TIMEOUT_SECONDS.
+  // From HORA_PS_SERVER_INDEX, HORA_SIZE (the workers), HORA_HOSTNAME, the rendezvous variables,
+  // HORA_PS_START_TIMEOUT_SECONDS and, in an elastic job, HORA_PS_GENERATION (the store prefix).
   static ServerOptions fromEnvironment();
 };
 

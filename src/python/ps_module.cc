@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "hora/errors.h"
@@ -70,16 +71,22 @@ void bindParameterServers(py::module_& m) {
   py::class_<hora::ParameterServerClient>(m, "PsClient")
       .def(py::init([](const std::vector<size_t>& elements, const std::string& mode, bool average,
                        int64_t max_staleness, const std::vector<uintptr_t>& initial, const py::dict& optimizer,
-                       bool fp16) {
+                       bool fp16, const py::object& place) {
              hora::PsOptions options = psOptions(mode, average, max_staleness, optimizer);
              options.fp16 = fp16;
-             const hora::PsJob job = hora::PsJob::fromEnvironment();
+             hora::PsJob job = hora::PsJob::fromEnvironment();
+             if (!place.is_none()) {  // an elastic job's (generation, rank, size): HORA_RANK is its start's
+               const auto [generation, worker, workers] = place.cast<std::tuple<int, int, int>>();
+               job = job.inGeneration(generation, worker, workers);
+             }
              py::gil_scoped_release release;  // connecting waits for the servers
              return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<float>(initial));
            }),
            py::arg("elements"), py::arg("mode"), py::arg("average") = true, py::arg("max_staleness") = -1,
            py::arg("initial") = std::vector<uintptr_t>{}, py::arg("optimizer") = py::dict(), py::arg("fp16") = false,
-           "Connects this worker to every parameter server of the job (HORA_PS_SERVERS) and registers "
+           py::arg("place") = py::none(),
+           "Connects this worker to every parameter server of the job (HORA_PS_SERVERS), or with `place` = "
+           "(generation, rank, size) of an elastic job to that generation's servers, and registers "
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
            "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop', 'lr', 'momentum', "
            "'beta1', 'beta2', 'epsilon', 'rho', 'centered', 'lr_decay', 'initial_accumulator_value', "

@@ -126,6 +126,9 @@ class KerasParameterServers:
             *arrays, lr, momentum = arrays
         n = len(arrays) // 2 if self.mode == PS_ASYNC else len(arrays)
         grads = [np.ascontiguousarray(a, dtype=np.float32) for a in arrays[:n]]
+        if self.client is not None and self.client.stale():
+            self.client.close()  # an elastic job re-formed: the new generation has servers of its own
+            self.client = None
         if self.client is None:
             # ps-async: the servers start from worker 0's values (registration overwrites these).
             initial = [np.array(a, dtype=np.float32) for a in arrays[n:]] if self.mode == PS_ASYNC else []

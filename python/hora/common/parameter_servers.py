@@ -3,7 +3,9 @@ framework-neutral. A frontend hands it float32 buffers by address, as requests.p
 engine; hora.torch's optimizer (hora/torch/ps_optimizer.py) is the one user so far.
 
 The servers are started by `horarun --servers K`, which tells every worker their number
-(HORA_PS_SERVERS); the connection itself goes through the job's store and transports."""
+(HORA_PS_SERVERS); the connection itself goes through the job's store and transports. In an
+elastic job each generation has servers of its own: a client belongs to the generation it was
+made in (stale() once the job re-formed), and the optimizers make a new one then."""
 
 import atexit
 import collections
@@ -12,6 +14,7 @@ import weakref
 
 from hora import _core
 from hora.common import basics
+from hora.common.identity import identity
 
 # The values of the optimizers' `mode` argument.
 ALLREDUCE, PS_SYNC, PS_ASYNC = "allreduce", "ps-sync", "ps-async"
@@ -56,6 +59,16 @@ def warn_of_async_momentum(momentum, workers=None, rank=None, stacklevel=3):
     return True
 
 
+def elastic_place():
+    """(generation, rank, size) of this worker in an elastic job's current generation, or None
+    outside an elastic job: its servers serve that generation only (docs/parameter_servers.md,
+    "Servers in an elastic job")."""
+    if not _core.is_elastic() or not basics.is_initialized():
+        return None
+    place = identity()  # cached until the next init: asked once per step
+    return place["generation"], place["rank"], place["size"]
+
+
 class ParameterServerClient:
     """This worker's side: register the tensors (element counts, float32) once, then step()."""
 
@@ -69,10 +82,18 @@ class ParameterServerClient:
         check_mode(mode, max_staleness)
         if mode == ALLREDUCE:
             raise ValueError("mode 'allreduce' uses no parameter servers")
+        self._place = elastic_place()
         self._client = _core.PsClient(list(elements), mode, average=average,
                                       max_staleness=-1 if max_staleness is None else max_staleness,
-                                      initial=list(initial), optimizer=dict(optimizer or {}), fp16=bool(fp16))
+                                      initial=list(initial), optimizer=dict(optimizer or {}), place=self._place,
+                                      fp16=bool(fp16))
         _open_clients.add(self)
+
+    def stale(self):
+        """Whether the elastic job re-formed since this client connected: its servers were those
+        of an older generation (stopped by horarun), and this worker may have another rank now."""
+        place = elastic_place() if self._place is not None else None
+        return place is not None and place != self._place
 
     @property
     def servers(self):

@@ -12,7 +12,11 @@ A hook on each parameter's gradient accumulator hands the gradient to the client
 step's last backward pass has produced it, so the pushes go out while the backward pass goes on
 (Note [overlapped pushes] in src/ps/client.cc); step() (or synchronize()) pushes whatever no hook
 handed over and waits for the servers' answers. compression=Compression.fp16 sends the pushes (and
-ps-sync's answers) as float16; the servers compute in float32."""
+ps-sync's answers) as float16; the servers compute in float32.
+
+In an elastic job a failed exchange (a server or a worker died) raises HoraInternalError, so that
+hvd.elastic.run restores the last commit and re-forms the job; the first step after that connects
+to the new generation's servers (docs/parameter_servers.md, "Servers in an elastic job")."""
 
 import contextlib
 import warnings
@@ -20,7 +24,9 @@ import warnings
 import torch
 
 from hora.common.ops import Average, Sum
-from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClient, warn_of_async_momentum
+from hora.common.exceptions import HoraInternalError
+from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, elastic_place,
+                                           warn_of_async_momentum)
 from hora.torch.compression import Compression
 from hora.torch.hooked_optimizer import HookedOptimizer
 
@@ -89,12 +95,16 @@ class _ParameterServerOptimizer(HookedOptimizer):
         self._step_begun = False  # a hook handed a gradient of this step to the client
         self._synchronized = False
         self._should_synchronize = True
-        self._client = ParameterServerClient(
-            [p.numel() for p in self._params], mode, average=(op == Average), max_staleness=max_staleness,
-            # ps-async: every worker starts from the servers' parameters (worker 0's).
-            initial=[p.data.data_ptr() for p in self._params] if mode == PS_ASYNC else (), optimizer=server_options,
-            fp16=compression is Compression.fp16)
+        self._client_options = dict(average=(op == Average), max_staleness=max_staleness, optimizer=server_options,
+                                    fp16=compression is Compression.fp16)
+        self._connect()
         self._register_hooks()
+
+    def _connect(self):
+        # ps-async: every worker starts from the servers' parameters (worker 0's).
+        initial = [p.data.data_ptr() for p in self._params] if self._mode == PS_ASYNC else ()
+        self._client = ParameterServerClient([p.numel() for p in self._params], self._mode, initial=initial,
+                                             **self._client_options)
 
     def _make_hook(self, p):
         index = self._index[p]
@@ -116,6 +126,12 @@ class _ParameterServerOptimizer(HookedOptimizer):
         scheduler left them (it steps after optimizer.step(), so they hold for the whole pass)."""
         if self._step_begun:
             return
+        if self._client.stale():
+            # The elastic job re-formed: its old servers are gone; the new ones know this worker by
+            # its new rank. ps-async registers the parameters as the reset left them (rank 0's
+            # restored commit, on every worker after sync()).
+            self._client.close()
+            self._connect()
         self._step_begun = True
         if self._mode == PS_ASYNC:
             now = server_optimizer(self)
@@ -140,6 +156,12 @@ class _ParameterServerOptimizer(HookedOptimizer):
             with torch.no_grad():
                 self.parameter_server_step = self._client.step([g.data_ptr() for g in grads],
                                                                [o.data_ptr() for o in outputs])
+        except HoraInternalError:
+            if elastic_place() is not None:
+                # The job re-forms with new servers: the old ones that live hear this worker's
+                # goodbye now rather than wait for its connection to close.
+                self._client.close()
+            raise
         finally:
             self._step_begun = False
             self._handles.clear()
@@ -169,6 +191,17 @@ class _ParameterServerOptimizer(HookedOptimizer):
         if self._mode == PS_SYNC:
             super(self.__class__, self).step()
         return loss
+
+    def load_state_dict(self, *args, **kwargs):
+        """The wrapped optimizer's load_state_dict, forgetting the step in flight (an elastic
+        restore after a failed exchange)."""
+        self._handles.clear()
+        self._step_begun = False
+        self._synchronized = False
+        self._should_synchronize = True
+        for p in self._allreduce_delay:
+            self._allreduce_delay[p] = self.backward_passes_per_step
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
 
     def close(self):
         """Tells the servers this worker is done (also done at exit)."""

@@ -242,6 +242,20 @@ TEST(HorovodrunFlags, ElasticFlagsAndMinNpStandingInForAMissingNp) {
   EXPECT_FALSE(parse({"-np", "2", "true"}).line.job.elastic.enabled());
 }
 
+// Parameter servers in an elastic job: each generation gets its own (docs/parameter_servers.md);
+// mpirun would start the ranks but not the servers.
+TEST(HorovodrunFlags, ServersGoWithAnElasticJobButNotWithMpirun) {
+  const Parsed elastic = parse({"--min-np", "2", "--max-np", "3", "--servers", "2", "--server-hosts", "c:2", "true"});
+  ASSERT_EQ(elastic.line.action, CommandLine::Action::kRun) << elastic.stderr_text;
+  EXPECT_TRUE(elastic.line.job.elastic.enabled());
+  EXPECT_EQ(elastic.line.job.servers, 2);
+  EXPECT_EQ(elastic.line.job.server_hosts, "c:2");
+  const Parsed mpi = parse({"-np", "2", "--servers", "1", "--mpi", "true"});
+  EXPECT_EQ(mpi.line.action, CommandLine::Action::kExit);
+  EXPECT_NE(mpi.stderr_text.find("--servers and --server-hosts cannot be combined with --mpi"), std::string::npos)
+      << mpi.stderr_text;
+}
+
 TEST(HorovodrunFlags, ElasticTimeoutFromHorovodsVariableWhenTheFlagIsNotGiven) {
   ::setenv("HOROVOD_ELASTIC_TIMEOUT", "45", 1);
   EXPECT_EQ(parse({"--min-np", "1", "true"}).line.job.elastic.timeout_seconds, 45);

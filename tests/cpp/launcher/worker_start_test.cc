@@ -181,6 +181,29 @@ TEST(ServerPlacement, ServersRunHorarunAndGetTheirOwnAgentOnARemoteHost) {
   EXPECT_EQ(specs[4].agent_ranks, (std::vector<int>{4}));
 }
 
+// An elastic job's generation gets servers of its own: they serve its ranks (HORA_SIZE) under its
+// store prefix (HORA_PS_GENERATION), on the generation's ranks' hosts unless --server-hosts
+// pins them, and as many in every generation.
+TEST(ServerPlacement, AnElasticGenerationsServersFollowItsRanks) {
+  const std::vector<Placement> generation{{"b", 0}, {"a", 1}, {"b", 2}};  // host a lost a rank
+  EXPECT_EQ(placeServers("", 2, generation), (std::vector<std::string>{"b", "a"}));
+  EXPECT_EQ(placeServers("c:1", 0, generation), (std::vector<std::string>{"c"}));
+  EXPECT_EQ(serverCount("", 3), 3);
+  EXPECT_EQ(serverCount("c:2,d:1", 0), 3);
+  EXPECT_EQ(serverCount("c:2,d:1", 2), 2);
+  const auto servers = serverWorkers(3, {"b", "a"}, {}, generation, [](const std::string&) { return true; },
+                                     "/opt/bin/horarun", storeVariables("10.0.0.1", 4321, "s3cret"), 4);
+  ASSERT_EQ(servers.size(), 2u);
+  for (const auto& s : servers) {
+    EXPECT_EQ(s.env.at("HORA_SIZE"), "3");
+    EXPECT_EQ(s.env.at("HORA_PS_GENERATION"), "4");
+  }
+  // A static job's servers have no generation.
+  const auto static_servers = serverWorkers(3, {"b"}, {}, generation, [](const std::string&) { return true; },
+                                            "/opt/bin/horarun", storeVariables("10.0.0.1", 4321, "s3cret"));
+  EXPECT_EQ(static_servers[0].env.count("HORA_PS_GENERATION"), 0u);
+}
+
 // A worker's failure is let go only in an asynchronous job, only for workers, and never for the
 // last one standing; the store is asked at the first failure and until it says yes.
 TEST(AsyncWorkerTolerance, LetsWorkersOfAnAsyncJobGoButNotTheLastOrAServer) {

@@ -1,0 +1,166 @@
+"""Parameter servers in elastic jobs (docs/parameter_servers.md, "Servers in an elastic job"):
+horarun --min-np/--max-np with --servers, real processes, real SIGKILLs. 127.0.0.1 and 127.0.0.2
+are two hosts to hora. A dead server or a dead worker makes every worker raise a named
+HoraInternalError; hvd.elastic.run restores the last commit, the job re-forms with new servers
+for the new ranks, and training finishes with the weights a numpy replay of the committed steps
+gives (tests/python/elastic/ps_elastic_train.py). Every wait has a deadline."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic"))
+from ps_elastic_train import COMMIT_EVERY, reference_weights  # noqa: E402
+
+HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.executable), "horarun")
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic", "ps_elastic_train.py")
+STEP = re.compile(r"step (\d+) gen=(\d+) rank=(\d+) size=(\d+) pid=(\d+)")
+JOB_DEADLINE_S = 55
+
+
+class Job:
+    """A horarun job whose output (stdout and stderr together) a thread collects as it comes."""
+
+    def __init__(self, horarun_args, tmp_path, steps, extra=()):
+        self.out = tmp_path
+        self.proc = subprocess.Popen([HORARUN, *horarun_args, sys.executable, TRAIN, "--out", str(tmp_path),
+                                      "--steps", str(steps), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, start_new_session=True)
+        self.deadline = time.monotonic() + JOB_DEADLINE_S
+        self.lines = []
+        self._reader = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")),
+                                        daemon=True)
+        self._reader.start()
+
+    def output(self):
+        return "".join(self.lines)
+
+    def wait_for(self, predicate):
+        """The first line (read so far or later) for which predicate holds, before the deadline."""
+        while time.monotonic() < self.deadline:
+            for line in list(self.lines):
+                if (found := predicate(line)):
+                    return found
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                break
+            time.sleep(0.02)
+        raise AssertionError(f"never seen before the job's deadline or end:\n{self.output()[-4000:]}")
+
+    def finish(self):
+        try:
+            code = self.proc.wait(timeout=max(1, self.deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+            raise AssertionError(f"the job did not end within {JOB_DEADLINE_S} s:\n{self.output()[-4000:]}")
+        self._reader.join(timeout=10)
+        return code, self.output()
+
+    def results(self, ranks):
+        return [json.loads((self.out / f"rank{r}.json").read_text()) for r in range(ranks)]
+
+
+def step_between_commits(size, generation, at_least):
+    """A predicate: rank 0 printed a step of this generation and size, at least `at_least`, 1 or
+    2 steps past a commit (so a kill then leaves a step to redo and comes before the next one)."""
+    def predicate(line):
+        m = STEP.search(line)
+        if m and (int(m[2]), int(m[3]), int(m[4])) == (generation, 0, size) and int(m[1]) >= at_least \
+                and int(m[1]) % COMMIT_EVERY in (1, 2):
+            return int(m[1])
+        return None
+    return predicate
+
+
+def server_pid(horarun_pid, index, generation):
+    """The pid of parameter server `index` of `generation` among horarun's children."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            if parent != horarun_pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+        except OSError:
+            continue
+        if f"HORA_PS_SERVER_INDEX={index}".encode() in env and f"HORA_PS_GENERATION={generation}".encode() in env:
+            return int(entry)
+    return None
+
+
+def check_training(results, steps, sizes, output):
+    """Every rank ends with the same committed log (every step once, at the sizes expected) and
+    the weights of its numpy replay."""
+    for run in results:
+        log = [tuple(entry) for entry in run["log"]]
+        assert [s for s, _ in log] == list(range(steps)), f"a committed step was lost or repeated: {log}"
+        assert {n for _, n in log} == sizes, (log, output[-3000:])
+        numpy.testing.assert_allclose(run["weights"], reference_weights(log), rtol=1e-5, atol=1e-7)
+        assert run["weights"] == results[0]["weights"], [r["weights"] for r in results]
+
+
+def test_a_killed_server_is_named_by_every_worker_and_the_job_re_forms_with_new_servers(tmp_path):
+    job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "1", "-H", "127.0.0.1:2,127.0.0.2:1"],
+              tmp_path, steps=30)
+    killed_after = job.wait_for(step_between_commits(3, 0, 6))
+    pid = server_pid(job.proc.pid, 0, 0)
+    assert pid, "parameter server 0 of generation 0 is not a child of horarun"
+    os.kill(pid, signal.SIGKILL)
+    code, output = job.finish()
+    assert code == 0, output
+    assert f"horarun: parameter server 0 (host 127.0.0.1, pid {pid}) of generation 0 was killed by signal 9" \
+        in output, output
+    for r in range(3):  # every worker names the dead server
+        caught = re.search(rf"rank {r} caught (\w+): .*parameter server 0 \(host 127\.0\.0\.1, pid {pid}\)", output)
+        assert caught and caught[1] == "PeerError", output
+    assert "horarun: generation 1: 3 rank(s)" in output, output
+    # Training went on from the last commit with generation 1's own server.
+    redone = [int(m[1]) for m in map(STEP.search, job.lines) if m and m[2] == "1" and m[3] == "0"]
+    assert redone and redone[0] == killed_after // COMMIT_EVERY * COMMIT_EVERY + 1, (killed_after, redone)
+    check_training(job.results(3), 30, {3}, output)
+
+
+def test_a_killed_worker_re_forms_the_job_with_servers_for_the_survivors(tmp_path):
+    job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "2", "-H", "127.0.0.1:2,127.0.0.2:1"],
+              tmp_path, steps=30)
+    killed_after = job.wait_for(step_between_commits(3, 0, 6))
+    victim = job.wait_for(lambda line: (m := STEP.search(line)) and m[2] == "0" and m[3] == "2" and int(m[5]))
+    os.kill(victim, signal.SIGKILL)  # rank 2, alone on host 127.0.0.2
+    code, output = job.finish()
+    assert code == 0, output
+    for r in (0, 1):  # the servers name the dead worker (or a commit's broadcast does, as rank 2)
+        caught = re.search(rf"rank {r} caught (\w+): (.*)", output)
+        assert caught and ("worker 2" in caught[2] or "rank 2" in caught[2]), output
+    assert "horarun: generation 1: 2 rank(s)" in output, output
+    redone = [int(m[1]) for m in map(STEP.search, job.lines) if m and m[2] == "1" and m[3] == "0"]
+    assert redone and redone[0] == killed_after // COMMIT_EVERY * COMMIT_EVERY + 1, (killed_after, redone)
+    check_training(job.results(2), 30, {3, 2}, output)
+
+
+def test_ps_async_a_killed_worker_re_forms_the_job_and_the_new_servers_take_the_restored_commit(tmp_path):
+    # The servers apply each push as it comes, so the weights depend on the order of the pushes:
+    # no replay here, but every step is committed once, and the new servers register (and hand
+    # back) the restored commit, so the job finishes with finite weights that moved.
+    job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "2", "-H", "127.0.0.1:2,127.0.0.2:1"],
+              tmp_path, steps=30, extra=["--mode", "ps-async"])
+    job.wait_for(step_between_commits(3, 0, 6))
+    victim = job.wait_for(lambda line: (m := STEP.search(line)) and m[2] == "0" and m[3] == "2" and int(m[5]))
+    os.kill(victim, signal.SIGKILL)
+    code, output = job.finish()
+    assert code == 0, output
+    for r in (0, 1):
+        assert re.search(rf"rank {r} caught \w+: .*(worker 2|rank 2)", output), output
+    assert "horarun: generation 1: 2 rank(s)" in output, output
+    for run in job.results(2):
+        assert [s for s, _ in run["log"]] == list(range(30)), run["log"]
+        assert all(numpy.isfinite(run["weights"])) and min(run["weights"]) < -1, run["weights"]
