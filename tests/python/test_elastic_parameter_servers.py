@@ -18,6 +18,7 @@ import numpy
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic"))
 from ps_elastic_train import COMMIT_EVERY, reference_weights  # noqa: E402
+from test_parameter_servers import server_pid  # noqa: E402
 
 HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.executable), "horarun")
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic", "ps_elastic_train.py")
@@ -77,25 +78,6 @@ def step_between_commits(size, generation, at_least):
             return int(m[1])
         return None
     return predicate
-
-
-def server_pid(horarun_pid, index, generation):
-    """The pid of parameter server `index` of `generation` among horarun's children."""
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-            if parent != horarun_pid:
-                continue
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                env = f.read().split(b"\0")
-        except OSError:
-            continue
-        if f"HORA_PS_SERVER_INDEX={index}".encode() in env and f"HORA_PS_GENERATION={generation}".encode() in env:
-            return int(entry)
-    return None
 
 
 def check_training(results, steps, sizes, output):

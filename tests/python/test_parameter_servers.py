@@ -363,8 +363,9 @@ STEPPING = textwrap.dedent("""
 """)
 
 
-def server_pid(horarun_pid, index):
-    """The pid of parameter server `index` among horarun's children."""
+def server_pid(horarun_pid, index, generation=None):
+    """The pid of parameter server `index` among horarun's children (of an elastic job's
+    `generation`)."""
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -377,7 +378,8 @@ def server_pid(horarun_pid, index):
                 env = f.read().split(b"\0")
         except OSError:
             continue
-        if f"HORA_PS_SERVER_INDEX={index}".encode() in env:
+        if f"HORA_PS_SERVER_INDEX={index}".encode() in env and \
+                (generation is None or f"HORA_PS_GENERATION={generation}".encode() in env):
             return int(entry)
     return None
 
