@@ -1,6 +1,7 @@
 """Parameter servers (docs/parameter_servers.md): a worker's connection to the job's servers,
 framework-neutral. A frontend hands it float32 buffers by address, as requests.py does for the
-engine; hora.torch's optimizer (hora/torch/ps_optimizer.py) is the one user so far.
+engine; its users are hora.torch's optimizer (hora/torch/ps_optimizer.py) and hora.keras'
+(hora/_keras/ps.py).
 
 The servers are started by `horarun --servers K`, which tells every worker their number
 (HORA_PS_SERVERS); the connection itself goes through the job's store and transports. In an

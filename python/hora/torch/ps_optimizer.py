@@ -163,10 +163,7 @@ class _ParameterServerOptimizer(HookedOptimizer):
                 self._client.close()
             raise
         finally:
-            self._step_begun = False
-            self._handles.clear()
-            for p in self._allreduce_delay:
-                self._allreduce_delay[p] = self.backward_passes_per_step
+            self._forget_step()
         self._synchronized = True
 
     @contextlib.contextmanager
@@ -195,13 +192,17 @@ class _ParameterServerOptimizer(HookedOptimizer):
     def load_state_dict(self, *args, **kwargs):
         """The wrapped optimizer's load_state_dict, forgetting the step in flight (an elastic
         restore after a failed exchange)."""
-        self._handles.clear()
-        self._step_begun = False
+        self._forget_step()
         self._synchronized = False
         self._should_synchronize = True
+        super(self.__class__, self).load_state_dict(*args, **kwargs)
+
+    def _forget_step(self):
+        """The hooks' count of backward passes and what they handed over start again."""
+        self._step_begun = False
+        self._handles.clear()
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
-        super(self.__class__, self).load_state_dict(*args, **kwargs)
 
     def close(self):
         """Tells the servers this worker is done (also done at exit)."""
