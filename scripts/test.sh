@@ -35,10 +35,20 @@ ctest_suite() {  # ctest_suite DIR ARGS...: a test that fails is run once more. 
   fi
   return $code
 }
+pytest_suite() {  # pytest_suite COMMAND...: runs a pytest command; the tests that failed (from
+  # pytest's short summary, on any rank of a job) are named again at the end.
+  local log code
+  log=$(mktemp)
+  "$@" 2>&1 | tee "$log"
+  code=${PIPESTATUS[0]}
+  mapfile -t -O "${#failed_tests[@]}" failed_tests < <(grep -oE '(FAILED|ERROR) tests/[^ ]+' "$log" | sort -u)
+  rm -f "$log"
+  return "$code"
+}
 run "release tests" ctest_suite build/release
 # The engine's locking as annotated (HORA_GUARDED_BY, ...), checked by clang: seconds.
 run "thread-safety annotations" scripts/check_thread_safety.sh
-run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/python \
+run "python tests" pytest_suite .venv/bin/python -m pytest -q -p no:cacheprovider tests/python \
   --ignore=tests/python/spark --ignore=tests/python/ray --ignore=tests/python/keras
 # (tests/python/keras runs below, on every rank of jobs, once per Keras generation.)
 
@@ -46,7 +56,7 @@ run "python tests" .venv/bin/python -m pytest -q -p no:cacheprovider tests/pytho
 # workers and executors are JVMs of their own), a Ray head; then both kinds of cluster across
 # namespace hosts (needs root: skipped otherwise). Every failure test has its own deadline; the
 # timeouts are a backstop. About 3 minutes together.
-run "spark and ray tests" timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/spark tests/python/ray
+run "spark and ray tests" pytest_suite timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/spark tests/python/ray
 skippable() {  # a test that exits 77 when the machine cannot run it
   "$@"
   local code=$?
@@ -59,26 +69,26 @@ skippable() {  # a test that exits 77 when the machine cannot run it
 run "spark and ray across namespace hosts" skippable timeout 600 tests/integration/spark_ray_multihost_test.sh
 # hora.torch on every rank of real jobs; a rank that falls out of step fails in 30 s, not hangs.
 for np in 2 3; do
-  run "python tests under horarun -np $np" .venv/bin/horarun -np "$np" -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
+  run "python tests under horarun -np $np" pytest_suite .venv/bin/horarun -np "$np" -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/distributed
 done
 # Join's bookkeeping depends on the world size (odd sizes round a mean, joined ranks skip names).
 for np in 4 5; do
-  run "join tests under horarun -np $np" .venv/bin/horarun -np "$np" -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
+  run "join tests under horarun -np $np" pytest_suite .venv/bin/horarun -np "$np" -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
     .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/distributed/test_join.py
 done
 # hora.tensorflow: one build of its op library under both TensorFlow generations that setup.sh
 # installs, TensorFlow 2.15 (.venv) at 1, 2 and 3 ranks and the newest (.venv-tf2) at 2.
 for np in 1 2 3; do
-  run "tensorflow tests (.venv) under horarun -np $np" .venv/bin/horarun -np "$np" \
+  run "tensorflow tests (.venv) under horarun -np $np" pytest_suite .venv/bin/horarun -np "$np" \
     -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 .venv/bin/python -m pytest -q -p no:cacheprovider tests/tensorflow
 done
-run "tensorflow tests (.venv-tf2) under horarun -np 2" .venv/bin/horarun -np 2 -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
+run "tensorflow tests (.venv-tf2) under horarun -np 2" pytest_suite .venv/bin/horarun -np 2 -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
   .venv-tf2/bin/python -m pytest -q -p no:cacheprovider tests/tensorflow
 # hora.tensorflow.keras and hora.keras in model.fit on every rank of a 2-rank job, under each Keras
 # generation: Keras 2 (.venv, TensorFlow 2.15) and Keras 3 (.venv-tf2, the newest TensorFlow).
 for venv in .venv .venv-tf2; do
-  run "keras tests ($venv) under horarun -np 2" timeout -k 10 900 .venv/bin/horarun -np 2 \
+  run "keras tests ($venv) under horarun -np 2" pytest_suite timeout -k 10 900 .venv/bin/horarun -np 2 \
     -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 $venv/bin/python -m pytest -q -p no:cacheprovider tests/python/keras
 done
 
@@ -107,7 +117,7 @@ if ((${#flaky[@]})); then
   printf '  %s\n' "${flaky[@]}"
 fi
 if ((${#failed[@]})); then
-  if ((${#failed_tests[@]})); then echo "tests that failed twice:"; printf '%s\n' "${failed_tests[@]}"; fi
+  if ((${#failed_tests[@]})); then echo "tests that failed (ctest: twice):"; printf '%s\n' "${failed_tests[@]}"; fi
   echo "FAILED: ${failed[*]}"
   exit 1
 fi

@@ -1,8 +1,11 @@
 // ParameterServerClient (include/hora/ps.h): a worker's channels to every server, and the
 // gathering of its tensors into each server's shard and back (sharding.h).
 #include <pthread.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +24,7 @@
 #include "common/config.h"
 #include "common/half.h"
 #include "common/knobs.h"
+#include "common/socket.h"
 #include "hora/errors.h"
 #include "hora/ps.h"
 #include "ps/channel.h"
@@ -146,6 +150,11 @@ struct ParameterServerClient::Impl {
   bool stopping = false;
   std::vector<std::unique_ptr<Lane>> lanes;    // by server
   std::vector<std::thread> threads;            // by server: the lanes' threads
+  // Readable once stopLanes() began: wakes a lane that waits for its reply unlocked, so that a
+  // close() during a step (an exception between the backward pass and step(), say) returns now
+  // rather than at the timeout, when the reply may never come.
+  common::Fd stop_fd{::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)};
+  std::atomic<bool> stop_requested{false};
 
   ~Impl() { stopLanes(); }
 
@@ -223,6 +232,9 @@ struct ParameterServerClient::Impl {
       stopping = true;
       for (auto& lane : lanes) lane->wake.notify_all();
     }
+    stop_requested = true;
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(stop_fd.get(), &one, sizeof(one));
     for (auto& t : threads) t.join();
     threads.clear();
   }
@@ -293,8 +305,9 @@ struct ParameterServerClient::Impl {
     markSent(k);
     {
       Unlocked unlocked(lock);
-      result.reply = receiveReply(k, false, common::Deadline::after(job.options.timeout),
-                                  options.fp16 && options.mode == PsMode::kSync);
+      const auto deadline = common::Deadline::after(job.options.timeout);
+      awaitReply(k, deadline);
+      result.reply = receiveReply(k, false, deadline, options.fp16 && options.mode == PsMode::kSync);
     }
     lane.wake.wait(lock, [&] { return stopping || (outputs && lanes_sent == lanes.size()); });
     if (stopping) throw ShutdownError("the parameter server client was closed during a step");
@@ -302,6 +315,16 @@ struct ParameterServerClient::Impl {
       Unlocked unlocked(lock);
       scatter(k, *outputs);
     }
+  }
+  // Until server k's reply begins, the deadline passes (the receive then names the timeout), the
+  // server left (the receive names how) or the client is closed (ShutdownError).
+  void awaitReply(size_t k, const common::Deadline& deadline) {
+    constexpr std::chrono::milliseconds kDepartureLook(200);  // a clean close wakes no wait
+    Channel& c = *channels[k];
+    while (!c.waitForIncoming(std::min(deadline.remaining(), kDepartureLook), stop_fd.get())) {
+      if (deadline.expired() || c.peerDeparted()) return;
+    }
+    if (stop_requested) throw ShutdownError("the parameter server client was closed during a step");
   }
   // mutex held: sends server k's shard of step `next` in parts, each when its pieces are ready
   // and it holds part_elements or ends the shard (a shard of no elements: one empty part).

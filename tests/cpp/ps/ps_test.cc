@@ -575,6 +575,45 @@ TEST(PsOverlap, ReadiedTensorsArePushedBeforeStep) {
     EXPECT_EQ(outcomes[r].exit_code, 0) << "process " << r << ":\n" << outcomes[r].output;
 }
 
+// close() while a lane waits for a reply that cannot come (worker 0 pushed its whole step; worker
+// 1 never pushes, as a worker whose script raised after its backward pass): the lanes stop now,
+// not at the 60 s timeout.
+HORA_WORKER_SCENARIO(ps_close_mid_step_job) {
+  const int rank = envInt("HORA_RANK", 0);
+  if (rank >= 2) return runServerRole(rank - 2, 2);
+  try {
+    PsJob job = workerJob(rank, 2, 1);
+    job.options.timeout = 60s;
+    rendezvous::TcpStore store(job.rendezvous.address, job.rendezvous.port, job.rendezvous.secret,
+                               common::Deadline::after(5s));
+    ParameterServerClient client(job, kSizes, PsOptions{});
+    if (rank == 1) {
+      store.get("worker 0 closed", common::Deadline::after(30s));
+      return std::printf("worker 1 ok\n"), 0;
+    }
+    std::vector<std::vector<float>> grads;
+    for (size_t n : kSizes) grads.emplace_back(n, 1.0f);
+    for (size_t t = 0; t < kSizes.size(); ++t) client.ready(t, grads[t].data());
+    std::this_thread::sleep_for(500ms);  // the lanes have pushed and wait for the reply
+    const auto start = std::chrono::steady_clock::now();
+    client.close();
+    const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start);
+    store.set("worker 0 closed", "1", common::Deadline::after(5s));
+    std::printf("close took %lld ms\n", static_cast<long long>(took.count()));
+    return took < 5s ? 0 : 1;
+  } catch (const Error& e) {
+    std::printf("ERROR: %s\n", e.what());
+    return 10 + static_cast<int>(e.kind());
+  }
+}
+
+TEST(PsOverlap, CloseDuringAStepDoesNotWaitForTheTimeout) {
+  ProcessJob job(3, "ps_close_mid_step_job");
+  const auto outcomes = job.wait(90s);
+  for (size_t r = 0; r < 2; ++r)
+    EXPECT_EQ(outcomes[r].exit_code, 0) << "process " << r << ":\n" << outcomes[r].output;
+}
+
 // A part that is not the one due (garbage, or a broken client): the server names it and drops
 // the worker, and the other worker of the sync job hears of it instead of waiting.
 HORA_WORKER_SCENARIO(ps_bad_part_job) {
