@@ -1,8 +1,9 @@
 """Elastic Keras jobs under horarun, with real processes and real failures (127.0.0.1 and
 127.0.0.2 are two hosts to hora): tests/python/elastic/keras_elastic_train.py trains with
 model.fit inside hvd.elastic.run, as Horovod's elastic Keras example does. A worker killed in
-the middle of an epoch leaves the other to go on from the last commit; a host that the discovery
-script adds joins with the state of the job. Under each Keras generation that is installed:
+the middle of an epoch leaves the other to go on from the last commit; a parameter server killed
+in the middle of an epoch re-forms the job with a new one; a host that the discovery script adds
+joins with the state of the job. Under each Keras generation that is installed:
 Keras 2 (this venv's TensorFlow 2.15) and Keras 3 (.venv-tf2's TensorFlow)."""
 
 import os
@@ -14,6 +15,7 @@ import sys
 import pytest
 
 from test_elastic_job import HORARUN, Job
+from test_parameter_servers import server_pid
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TRAIN = os.path.join(ROOT, "tests", "python", "elastic", "keras_elastic_train.py")
@@ -26,7 +28,8 @@ class KerasJob(Job):
     def __init__(self, horarun_args, python, train_args):
         self.lines = []
         self.proc = subprocess.Popen([HORARUN, *horarun_args, python, TRAIN, *train_args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                     start_new_session=True)
 
     def steps(self):
         return [m for line in self.lines if (m := STEP.match(line))]
@@ -61,6 +64,32 @@ def test_a_killed_worker_leaves_fit_to_go_on_from_the_last_commit(generation):
     # Training resumed in that epoch, not from the start, and finished every epoch.
     assert int(after[0].group(7)) == resets[0][1], output
     assert "done rank=0 size=1 epochs=3 identical=True" in output, output
+
+
+@pytest.mark.parametrize("generation", sorted(PYTHONS))
+def test_a_killed_parameter_server_re_forms_fit_with_a_new_one(generation):
+    job = KerasJob(["-np", "2", "--min-np", "2", "--servers", "1", "-H", "127.0.0.1:1,127.0.0.2:1"],
+                   python_of(generation), ["--epochs", "3", "--steps", "20", "--mode", "ps-sync"])
+    try:
+        assert job.wait_for(lambda l: (m := STEP.match(l)) and m.group(7) == "1" and int(m.group(8)) >= 5,
+                            timeout=120), "".join(job.lines)
+        pid = server_pid(job.proc.pid, 0, 0)
+        assert pid, "parameter server 0 of generation 0 is not a child of horarun"
+        os.kill(pid, signal.SIGKILL)
+        code, output = job.finish()
+    finally:
+        if job.proc.poll() is None:
+            os.killpg(job.proc.pid, signal.SIGKILL)
+    assert code == 0, output
+    assert f"parameter server 0 (host 127.0.0.1, pid {pid}) of generation 0 was killed by signal 9" in output, output
+    # Both workers restored their last commit, in the middle of epoch 1, and fit went on through
+    # generation 1's server to the end, every rank with the same weights.
+    resets = [(line[:3], tuple(map(int, m.groups()))) for line in job.lines if (m := RESET.search(line))]
+    assert sorted(rank for rank, _ in resets) == ["[0]", "[1]"], output
+    assert all(size == 2 and epoch == 1 for _, (size, epoch, _) in resets), output
+    assert any(m.group(3) == "1" for m in job.steps()), output
+    assert "done rank=0 size=2 epochs=3 identical=True" in output, output
+    assert "done rank=1 size=2 epochs=3 identical=True" in output, output
 
 
 def test_a_discovered_host_joins_fit_with_the_state_of_the_job(tmp_path):

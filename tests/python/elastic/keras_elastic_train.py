@@ -1,6 +1,6 @@
 """An elastic Keras job for the tests (tests/python/test_keras_elastic_job.py), written as
 Horovod's elastic Keras example is: hvd.elastic.KerasState, model.fit inside @hvd.elastic.run,
-and the commit / batch / epoch callbacks.
+and the commit / batch / epoch callbacks; with --mode ps-sync, through horarun's --servers.
 
 Each batch prints "step <time> gen=<generation> rank=<rank> size=<size> pid=<pid> epoch=<epoch>
 batch=<batch>"; after a reset, "reset: size <size> epoch=<epoch> batch=<batch>" with the state
@@ -26,6 +26,7 @@ p.add_argument("--step-sleep", type=float, default=0.05)
 p.add_argument("--hold-until-size", type=int, default=0,
                help="at the end of an epoch, keep committing (up to 120 s) while the job is smaller: "
                     "time for a worker that was added to start and join")
+p.add_argument("--mode", default="allreduce", help="DistributedOptimizer's mode (ps-sync: horarun --servers)")
 args = p.parse_args()
 
 hvd.init()
@@ -38,7 +39,8 @@ dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
 
 tf.keras.utils.set_random_seed(hvd.rank())  # different initial weights: the state's sync must fix them
 model = tf.keras.Sequential([tf.keras.layers.Input((4,)), tf.keras.layers.Dense(1)])
-model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.02, momentum=0.9)),
+model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.02, momentum=0.9),
+                                                mode=args.mode),
               loss="mse")
 state = hvd.elastic.KerasState(model, batch=0, epoch=0)
 state.register_reset_callbacks([lambda: print(f"reset: size {hvd.size()} epoch={state.epoch} batch={state.batch}",
