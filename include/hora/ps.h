@@ -49,6 +49,11 @@ struct PsOptions {
   bool centered = false;        // kRmsprop: divide by the gradients' estimated variance
   double lr_decay = 0.0;        // kAdagrad: lr / (1 + (t - 1) lr_decay) at the servers' step t
   double initial_accumulator_value = 0.0;  // kAdagrad
+  // kAsync, every optimizer: weight decay added to the gradient, g + wd p (torch's weight_decay of
+  // SGD, Adam, Adagrad, RMSprop), or with decoupled_weight_decay taken from the parameters before
+  // the update, p -= lr wd p (torch's AdamW, Keras' weight_decay of every optimizer).
+  double weight_decay = 0.0;
+  bool decoupled_weight_decay = false;
   // kAsync: Keras' form of the update instead of torch's: SGD with momentum v = m v - lr g;
   // p += v (torch: v = m v + g; p -= lr v, the same while lr is constant), Adam with epsilon
   // added to sqrt(v) before the bias correction (Keras' epsilon hat), Adagrad and RMSprop with

@@ -409,6 +409,8 @@ ps::Registration registrationOf(const PsJob& job, const PsOptions& options, cons
   r.centered = options.optimizer == PsOptimizer::kRmsprop && options.centered ? 1 : 0;
   r.lr_decay = options.optimizer == PsOptimizer::kAdagrad ? options.lr_decay : 0.0;
   r.initial_accumulator = options.optimizer == PsOptimizer::kAdagrad ? options.initial_accumulator_value : 0.0;
+  r.weight_decay = options.weight_decay;
+  r.decoupled_weight_decay = options.decoupled_weight_decay ? 1 : 0;
   r.average = options.average ? 1 : 0;
   r.fp16 = options.fp16 ? 1 : 0;
   r.layout_hash = ps::layoutHash(elements);

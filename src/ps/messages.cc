@@ -46,6 +46,9 @@ std::string registrationDifference(const Registration& a, const Registration& b)
   if (a.epsilon != b.epsilon) return differs("epsilon", a.epsilon, b.epsilon);
   if (a.centered != b.centered) return differs("centered", a.centered, b.centered);
   if (a.lr_decay != b.lr_decay) return differs("lr_decay", a.lr_decay, b.lr_decay);
+  if (a.weight_decay != b.weight_decay) return differs("weight_decay", a.weight_decay, b.weight_decay);
+  if (a.decoupled_weight_decay != b.decoupled_weight_decay)
+    return differs("decoupled weight decay", a.decoupled_weight_decay, b.decoupled_weight_decay);
   if (a.initial_accumulator != b.initial_accumulator)
     return differs("initial_accumulator_value", a.initial_accumulator, b.initial_accumulator);
   return "";

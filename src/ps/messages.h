@@ -68,9 +68,12 @@ struct Registration {
   // 1 = the pushes' floats (and sync replies') travel as float16 (Compression.fp16): half the
   // bytes; the server sums and applies in float32.
   uint32_t fp16 = 0;
-  uint32_t reserved = 0;
+  // async: 1 = weight decay decoupled from the gradient, p -= lr wd p before the update (torch's
+  // AdamW, Keras' weight_decay); 0 = added to it, g + wd p (torch's weight_decay of the others).
+  uint32_t decoupled_weight_decay = 0;
+  double weight_decay = 0;  // async
 };
-static_assert(sizeof(Registration) == 112);
+static_assert(sizeof(Registration) == 120);
 
 const char* toString(MessageKind kind);
 const char* toString(Mode mode);

@@ -125,6 +125,7 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
 
 ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
                                 const SgdStep& sgd, const common::Deadline& deadline) {
+  g = applyWeightDecay(g, sgd.lr);
   switch (config_->optimizer) {
     case Optimizer::kSgd: applySgd(g, sgd); break;
     case Optimizer::kAdam: applyAdam(g, sgd.lr); break;
@@ -147,6 +148,19 @@ ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, 
   return {reply, step, slowestLive(), version};
 }
 
+const float* ShardState::applyWeightDecay(const float* g, float lr) {
+  const auto wd = static_cast<float>(config_->weight_decay);
+  if (wd == 0) return g;
+  if (config_->decoupled_weight_decay) {
+    const float keep = 1 - lr * wd;  // torch's AdamW: p *= 1 - lr wd (Keras: p -= p wd lr)
+    for (float& p : params_) p *= keep;
+    return g;
+  }
+  decayed_.resize(params_.size());
+  for (size_t i = 0; i < params_.size(); ++i) decayed_[i] = g[i] + wd * params_[i];
+  return decayed_.data();
+}
+
 void ShardState::applySgd(const float* g, const SgdStep& sgd) {
   const float lr = sgd.lr, m = sgd.momentum;
   if (config_->keras_form) {
@@ -163,7 +177,7 @@ void ShardState::applySgd(const float* g, const SgdStep& sgd) {
 }
 
 void ShardState::applyAdam(const float* g, float lr) {
-  // As torch.optim.Adam and Keras' Adam compute it (no amsgrad, no weight decay), with t the
+  // As torch.optim.Adam and Keras' Adam compute it (no amsgrad; weight decay came before), with t the
   // server's count of applied pushes: every push is one step of the server's optimizer.
   const double t = static_cast<double>(applied_ + 1);
   const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);

@@ -18,6 +18,8 @@
 //   RMSprop (a = beta2; q = a q + (1 - a) g^2, centered: c = a c + (1 - a) g and q - c^2 for q
 //     below; b the momentum buffer): torch b = m b + g / (sqrt(q) + eps), p -= lr b; Keras b = m b
 //     + lr g / sqrt(q + eps), p -= b.
+// Weight decay, before any of these: coupled (torch's weight_decay) g += wd p; decoupled (torch's
+// AdamW, Keras' weight_decay) p -= lr wd p.
 // With max_staleness = s the reply then waits until every live worker has had at
 // least (this worker's steps - s) applied (stale synchronous parallel). Workers that left (bye)
 // or died no longer hold anyone back.
@@ -84,6 +86,9 @@ class ShardState {
                      const common::Deadline& deadline);
   ReplyData pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
                       const SgdStep& sgd, const common::Deadline& deadline);
+  // mutex_ held: the registered weight decay, coupled (returns g + wd p) or decoupled (decays the
+  // parameters, returns g).
+  const float* applyWeightDecay(const float* g, float lr);
   void applySgd(const float* g, const SgdStep& sgd);  // mutex_ held
   void applyAdam(const float* g, float lr);           // mutex_ held; the update applied_ + 1
   void applyAdagrad(const float* g, float lr);        // mutex_ held; the update applied_ + 1
@@ -103,6 +108,7 @@ class ShardState {
   // mean_gradient_ centered RMSprop's mean gradient.
   std::vector<float> params_, velocity_;
   std::vector<float> second_moment_, mean_gradient_;
+  std::vector<float> decayed_;               // async, coupled weight decay: g + wd p
   std::vector<float> sum_, result_;          // sync
   std::vector<std::vector<float>> replies_;  // async, by worker: the parameters its reply sends
   uint64_t applied_ = 0;                     // async: pushes applied so far

@@ -25,7 +25,7 @@ std::vector<T*> pointers(const std::vector<uintptr_t>& addresses) {
 
 // `optimizer` (ps-async): {"name": "sgd" | "adam" | "adagrad" | "rmsprop", "lr", "momentum",
 // "beta1", "beta2", "epsilon", "rho", "centered", "lr_decay", "initial_accumulator_value",
-// "keras_form"}, each optional (PsOptions' defaults).
+// "weight_decay", "decoupled_weight_decay", "keras_form"}, each optional (PsOptions' defaults).
 hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, const py::dict& optimizer) {
   hora::PsOptions o;
   if (mode == "ps-sync") {
@@ -61,6 +61,8 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
   o.centered = flag("centered");
   o.lr_decay = number("lr_decay", o.lr_decay);
   o.initial_accumulator_value = number("initial_accumulator_value", o.initial_accumulator_value);
+  o.weight_decay = number("weight_decay", o.weight_decay);
+  o.decoupled_weight_decay = flag("decoupled_weight_decay");
   o.keras_form = flag("keras_form");
   return o;
 }
@@ -90,7 +92,7 @@ void bindParameterServers(py::module_& m) {
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
            "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop', 'lr', 'momentum', "
            "'beta1', 'beta2', 'epsilon', 'rho', 'centered', 'lr_decay', 'initial_accumulator_value', "
-           "'keras_form'}).")
+           "'weight_decay', 'decoupled_weight_decay', 'keras_form'}).")
       .def(
           "step",
           [](hora::ParameterServerClient& c, const std::vector<uintptr_t>& gradients,

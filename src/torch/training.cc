@@ -6,6 +6,7 @@
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <utility>
 
@@ -77,6 +78,15 @@ void checkParameterServerOptions(const DistributedOptimizerOptions& o) {
                              std::to_string(group) + " has " + has + ")");
 }
 
+// Every group's weight decay, which the servers apply to the whole shard: one value for all.
+void readWeightDecay(double weight_decay, size_t group, PsOptions& into) {
+  if (group > 0 && weight_decay != into.weight_decay) {
+    refuseServerOption("every param group must have the same weight_decay", group,
+                       c10::str(weight_decay) + "; group 0 " + c10::str(into.weight_decay));
+  }
+  into.weight_decay = weight_decay;
+}
+
 template <typename OptionsT>
 const OptionsT& groupOptions(::torch::optim::Optimizer& optimizer, size_t group) {
   return static_cast<const OptionsT&>(optimizer.param_groups()[group].options());
@@ -88,8 +98,7 @@ void readSgd(::torch::optim::Optimizer& optimizer, PsOptions& into) {
     const auto& o = groupOptions<::torch::optim::SGDOptions>(optimizer, g);
     if (o.dampening() != 0)
       refuseServerOption("the servers' SGD has no dampening; set it to 0", g, c10::str(o.dampening()));
-    if (o.weight_decay() != 0)
-      refuseServerOption("the servers' SGD has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+    readWeightDecay(o.weight_decay(), g, into);
     if (o.nesterov()) refuseServerOption("the servers' SGD has no nesterov; set it to false", g, "true");
     if (g > 0 && (o.lr() != into.lr || o.momentum() != into.momentum)) {
       refuseServerOption("every param group must have the same lr and momentum", g,
@@ -101,13 +110,15 @@ void readSgd(::torch::optim::Optimizer& optimizer, PsOptions& into) {
   }
 }
 
+// Adam's weight decay is added to the gradient, AdamW's decoupled from it (OptionsT says which).
+template <typename OptionsT>
 void readAdam(::torch::optim::Optimizer& optimizer, PsOptions& into) {
   into.optimizer = PsOptimizer::kAdam;
   into.momentum = 0.0;
+  into.decoupled_weight_decay = std::is_same_v<OptionsT, ::torch::optim::AdamWOptions>;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
-    const auto& o = groupOptions<::torch::optim::AdamOptions>(optimizer, g);
-    if (o.weight_decay() != 0)
-      refuseServerOption("the servers' Adam has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+    const auto& o = groupOptions<OptionsT>(optimizer, g);
+    readWeightDecay(o.weight_decay(), g, into);
     if (o.amsgrad()) refuseServerOption("the servers' Adam has no amsgrad; set it to false", g, "true");
     const auto [beta1, beta2] = o.betas();
     if (g > 0 && (o.lr() != into.lr || beta1 != into.beta1 || beta2 != into.beta2 || o.eps() != into.epsilon)) {
@@ -126,8 +137,7 @@ void readAdagrad(::torch::optim::Optimizer& optimizer, PsOptions& into) {
   into.momentum = 0.0;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     const auto& o = groupOptions<::torch::optim::AdagradOptions>(optimizer, g);
-    if (o.weight_decay() != 0)
-      refuseServerOption("the servers' Adagrad has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+    readWeightDecay(o.weight_decay(), g, into);
     if (g > 0 && (o.lr() != into.lr || o.lr_decay() != into.lr_decay || o.eps() != into.epsilon ||
                   o.initial_accumulator_value() != into.initial_accumulator_value)) {
       refuseServerOption("every param group must have the same lr, lr_decay, eps and initial_accumulator_value", g,
@@ -145,8 +155,7 @@ void readRmsprop(::torch::optim::Optimizer& optimizer, PsOptions& into) {
   into.optimizer = PsOptimizer::kRmsprop;
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     const auto& o = groupOptions<::torch::optim::RMSpropOptions>(optimizer, g);
-    if (o.weight_decay() != 0)
-      refuseServerOption("the servers' RMSprop has no weight_decay; set it to 0", g, c10::str(o.weight_decay()));
+    readWeightDecay(o.weight_decay(), g, into);
     if (g > 0 && (o.lr() != into.lr || o.alpha() != into.rho || o.eps() != into.epsilon ||
                   o.momentum() != into.momentum || o.centered() != into.centered)) {
       refuseServerOption("every param group must have the same lr, alpha, eps, momentum and centered", g,
@@ -162,15 +171,16 @@ void readRmsprop(::torch::optim::Optimizer& optimizer, PsOptions& into) {
 }
 
 // kPsAsync: what the servers run, which must be `optimizer` itself: a torch::optim::SGD, Adam,
-// Adagrad or RMSprop whose param groups agree, without the options the servers lack. `into` keeps
+// AdamW, Adagrad or RMSprop whose param groups agree, without the options the servers lack. `into` keeps
 // mode, average and max_staleness; its optimizer fields are set.
 void readServerOptimizer(::torch::optim::Optimizer& optimizer, PsOptions& into) {
   if (dynamic_cast<::torch::optim::SGD*>(&optimizer)) return readSgd(optimizer, into);
-  if (dynamic_cast<::torch::optim::Adam*>(&optimizer)) return readAdam(optimizer, into);
+  if (dynamic_cast<::torch::optim::Adam*>(&optimizer)) return readAdam<::torch::optim::AdamOptions>(optimizer, into);
+  if (dynamic_cast<::torch::optim::AdamW*>(&optimizer)) return readAdam<::torch::optim::AdamWOptions>(optimizer, into);
   if (dynamic_cast<::torch::optim::Adagrad*>(&optimizer)) return readAdagrad(optimizer, into);
   if (dynamic_cast<::torch::optim::RMSprop*>(&optimizer)) return readRmsprop(optimizer, into);
-  throw InvalidArgumentError("DistributedOptimizer: mode Exchange::kPsAsync: the servers run SGD, Adam, Adagrad or "
-                             "RMSprop: wrap a torch::optim::SGD, Adam, Adagrad or RMSprop");
+  throw InvalidArgumentError("DistributedOptimizer: mode Exchange::kPsAsync: the servers run SGD, Adam, AdamW, "
+                             "Adagrad or RMSprop: wrap a torch::optim::SGD, Adam, AdamW, Adagrad or RMSprop");
 }
 
 // kPsAsync: the warning of asyncMomentumWarning (include/hora/ps.h), on rank 0, once per process:

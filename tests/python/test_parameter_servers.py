@@ -138,7 +138,7 @@ def test_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, variant)
 ASYNC = textwrap.dedent("""
     import json, os, sys, time, torch
     import hora.torch as hvd
-    MOMENTUM = {"sgd": (0.5, 0.25), "rmsprop": (0.9, 0.5)}  # up to step 5, after
+    MOMENTUM = {"sgd": (0.5, 0.25), "sgd_wd": (0.5, 0.25), "rmsprop": (0.9, 0.5)}  # up to step 5, after
     out, steps, mode_arg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     kind = sys.argv[4] if len(sys.argv) > 4 else "sgd"
     compression = hvd.Compression.fp16 if sys.argv[5:] == ["fp16"] else hvd.Compression.none
@@ -147,7 +147,9 @@ ASYNC = textwrap.dedent("""
     r = hvd.rank()
     p = torch.nn.Parameter(torch.full((50,), float(r + 1)))  # the servers start from worker 0's
     inner = {"sgd": lambda: torch.optim.SGD([p], lr=0.05, momentum=0.5),
+             "sgd_wd": lambda: torch.optim.SGD([p], lr=0.05, momentum=0.5, weight_decay=0.3),
              "adam": lambda: torch.optim.Adam([p], lr=0.05, betas=(0.8, 0.99), eps=1e-3),
+             "adamw": lambda: torch.optim.AdamW([p], lr=0.05, betas=(0.8, 0.99), eps=1e-3, weight_decay=0.3),
              "adagrad": lambda: torch.optim.Adagrad([p], lr=0.05, lr_decay=0.1, eps=1e-3,
                                                     initial_accumulator_value=0.2),
              "rmsprop": lambda: torch.optim.RMSprop([p], lr=0.05, alpha=0.9, eps=1e-3, momentum=0.9,
@@ -188,7 +190,8 @@ ASYNC = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("optimizer,compression", [("sgd", "none"), ("adam", "none"), ("adagrad", "none"),
-                                                   ("rmsprop", "none"), ("sgd", "fp16")])
+                                                   ("rmsprop", "none"), ("sgd", "fp16"), ("sgd_wd", "none"),
+                                                   ("adamw", "none")])
 def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer, compression):
     """fp16: the pushes travel as float16; the servers apply them in float32 and answer with
     float32 parameters."""
@@ -205,7 +208,8 @@ def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer, com
 
 class TorchServer:
     """What the servers run for the ASYNC script's optimizers, in torch's form, in float64: a push
-    of worker step s at lr 0.05 / s, t the server's count of applied pushes."""
+    of worker step s at lr 0.05 / s, t the server's count of applied pushes. Weight decay 0.3:
+    SGD's added to the gradient, AdamW's taken from the parameters first."""
 
     def __init__(self, optimizer):
         self.optimizer = optimizer
@@ -215,7 +219,11 @@ class TorchServer:
 
     def step(self, p, g, s, t):
         lr = 0.05 / s
-        if self.optimizer == "adam":  # betas 0.8 and 0.99, eps 1e-3
+        if self.optimizer == "sgd_wd":
+            g = g + 0.3 * p
+        if self.optimizer == "adamw":
+            p = p * (1 - lr * 0.3)
+        if self.optimizer in ("adam", "adamw"):  # betas 0.8 and 0.99, eps 1e-3
             self.v = 0.8 * self.v + 0.2 * g
             self.m2 = 0.99 * self.m2 + 0.01 * g * g
             return p - lr / (1 - 0.8 ** t) * self.v / (np.sqrt(self.m2 / (1 - 0.99 ** t)) + 1e-3)
@@ -246,7 +254,8 @@ def replay(pushes, optimizer, fp16):
 
 def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd", fp16=False):
     """Each worker's log (the ASYNC script's) agrees with the servers' optimizer (TorchServer: SGD
-    with momentum 0.5, 0.25 after step 5; Adam; Adagrad; centered RMSprop with momentum) applying
+    with momentum 0.5, 0.25 after step 5, also with weight decay; Adam; AdamW; Adagrad; centered
+    RMSprop with momentum) applying
     every push in the order of the servers' versions, from worker 0's parameters. held (bounded
     staleness): an answer held back carries the parameters of when it was let go, after pushes
     applied since its own."""
@@ -326,7 +335,7 @@ def test_cpp_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, op):
 
 
 @pytest.mark.parametrize("staleness,optimizer", [(-1, "sgd"), (1, "sgd"), (-1, "adam"), (-1, "adagrad"),
-                                                  (-1, "rmsprop")])
+                                                  (-1, "rmsprop"), (-1, "sgd_wd"), (-1, "adamw")])
 def test_cpp_ps_async_matches_a_replay_of_the_servers_order(tmp_path, staleness, optimizer):
     steps = 10
     out = cpp_job(2, 1, tmp_path, "async", staleness, steps, optimizer)
@@ -490,10 +499,10 @@ def test_mode_arguments_are_checked():
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps")
     with pytest.raises(ValueError, match="max_staleness bounds mode='ps-async' only"):
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps-sync", max_staleness=2)
-    with pytest.raises(ValueError, match="runs SGD, Adam, Adagrad or RMSprop on the servers"):
+    with pytest.raises(ValueError, match="runs SGD, Adam, AdamW, Adagrad or RMSprop on the servers"):
         hvd.DistributedOptimizer(torch.optim.Adadelta([p]), mode="ps-async")
-    with pytest.raises(ValueError, match="Adagrad has no weight_decay"):
-        hvd.DistributedOptimizer(torch.optim.Adagrad([p], weight_decay=0.1), mode="ps-async")
+    with pytest.raises(ValueError, match="AdamW has no amsgrad"):
+        hvd.DistributedOptimizer(torch.optim.AdamW([p], amsgrad=True), mode="ps-async")
     with pytest.raises(ValueError, match="RMSprop has no maximize"):
         hvd.DistributedOptimizer(torch.optim.RMSprop([p], maximize=True), mode="ps-async")
     with pytest.raises(ValueError, match="SGD has no maximize"):
@@ -501,6 +510,9 @@ def test_mode_arguments_are_checked():
     q = torch.nn.Parameter(torch.ones(3))
     with pytest.raises(ValueError, match="every param group must have the same lr, alpha, eps, momentum, centered"):
         hvd.DistributedOptimizer(torch.optim.RMSprop([{"params": [p]}, {"params": [q], "centered": True}]),
+                                 mode="ps-async")
+    with pytest.raises(ValueError, match="must have the same lr, betas, eps, weight_decay"):  # one decay per shard
+        hvd.DistributedOptimizer(torch.optim.AdamW([{"params": [p]}, {"params": [q], "weight_decay": 0.0}]),
                                  mode="ps-async")
     with pytest.raises(ValueError, match="Adam has no amsgrad"):
         hvd.DistributedOptimizer(torch.optim.Adam([p], amsgrad=True), mode="ps-async")

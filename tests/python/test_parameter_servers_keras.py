@@ -76,7 +76,9 @@ def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python, compr
             assert np.abs(np.array(got["ps-sync"]["weight"]) - w).max() > 1e-5
 
 
+KINDS = ("sgd-wd", "adam", "adamw", "adagrad", "rmsprop", "rmsprop-plain")  # the last word of lr, else SGD
 ASYNC = textwrap.dedent("""
+    KINDS = @KINDS@
     import json, sys, tensorflow as tf
     import hora.tensorflow.keras as hvd
     out, steps, lr = sys.argv[1], int(sys.argv[2]), sys.argv[3]
@@ -89,11 +91,13 @@ ASYNC = textwrap.dedent("""
     rate = schedule if lr.startswith("schedule") else 0.05
     optimizers = tf.keras.optimizers.legacy if "legacy" in lr else tf.keras.optimizers  # Keras 2's OptimizerV2
     inner = {"sgd": lambda: optimizers.SGD(rate, momentum=0.5),
+             "sgd-wd": lambda: optimizers.SGD(rate, momentum=0.5, weight_decay=0.3),
              "adam": lambda: optimizers.Adam(rate, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
+             "adamw": lambda: optimizers.AdamW(rate, weight_decay=0.3, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
              "adagrad": lambda: optimizers.Adagrad(rate, initial_accumulator_value=0.2, epsilon=1e-3),
              "rmsprop": lambda: optimizers.RMSprop(rate, rho=0.9, momentum=0.5, epsilon=1e-3, centered=True),
              "rmsprop-plain": lambda: optimizers.RMSprop(rate, rho=0.9, epsilon=1e-3, centered=True),
-             }[lr.split()[-1] if lr.split()[-1] in ("adam", "adagrad", "rmsprop", "rmsprop-plain") else "sgd"]()
+             }[lr.split()[-1] if lr.split()[-1] in KINDS else "sgd"]()
     opt = hvd.DistributedOptimizer(inner, mode="ps-async")
     log = []
     for s in range(1, steps + 1):
@@ -104,25 +108,28 @@ ASYNC = textwrap.dedent("""
         st = opt.parameter_server_step
         log.append({"step": st.step, "version": st.version, "params": p.numpy().tolist()})
     json.dump({"log": log, "iterations": int(opt.iterations.numpy())}, open(f"{out}/rank{r}.json", "w"))
-""")
+""").replace("@KINDS@", repr(KINDS))
 
 
 class KerasServer:
     """What the servers run for the ASYNC script's Keras optimizers, in float64: a push of worker
     step s at lr 0.05 / s, t the server's count of applied pushes. Keras 2's legacy Adagrad, and its
     RMSprop without momentum, run TensorFlow's kernels and their own update, with epsilon beside
-    the root (as torch); its RMSprop with momentum runs TensorFlow's RMSProp kernel, as Keras'."""
+    the root (as torch); its RMSprop with momentum runs TensorFlow's RMSProp kernel, as Keras'.
+    weight_decay (0.3, AdamW's and SGD's): p -= p wd lr before the update."""
 
     def __init__(self, lr):
         self.legacy = "legacy" in lr
-        self.kind = lr.split()[-1] if lr.split()[-1] in ("adam", "adagrad", "rmsprop", "rmsprop-plain") else "sgd"
+        self.kind = lr.split()[-1] if lr.split()[-1] in KINDS else "sgd"
         self.v, self.m2, self.mean = np.zeros(50), np.zeros(50), np.zeros(50)
         if self.kind == "adagrad":
             self.m2 += 0.2  # initial_accumulator_value
 
     def step(self, p, g, s, t):
         lr = 0.05 / s
-        if self.kind == "adam":  # epsilon hat: beside sqrt(v), before the bias correction
+        if self.kind in ("sgd-wd", "adamw"):
+            p = p - p * 0.3 * lr
+        if self.kind in ("adam", "adamw"):  # epsilon hat: beside sqrt(v), before the bias correction
             self.v = self.v + (g - self.v) * 0.2
             self.m2 = self.m2 + (g * g - self.m2) * 0.01
             return p - lr * np.sqrt(1 - 0.99 ** t) / (1 - 0.8 ** t) * self.v / (np.sqrt(self.m2) + 1e-3)
@@ -145,7 +152,7 @@ class KerasServer:
 @pytest.mark.parametrize("lr", ["schedule", "set", "schedule adam", "set adam", "schedule legacy",
                                 "schedule legacy adam", "schedule adagrad", "schedule rmsprop", "set rmsprop",
                                 "schedule legacy adagrad", "schedule legacy rmsprop",
-                                "schedule legacy rmsprop-plain"])
+                                "schedule legacy rmsprop-plain", "schedule adamw", "set sgd-wd"])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
 def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, lr):
     if "legacy" in lr and python != sys.executable:
@@ -173,12 +180,14 @@ def test_keras_mode_arguments_are_checked():
     import hora.tensorflow.keras as hvd
     with pytest.raises(ValueError, match="mode must be one of"):
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), mode="ps")
-    with pytest.raises(ValueError, match="runs SGD, Adam, Adagrad or RMSprop on the servers"):
+    with pytest.raises(ValueError, match="runs SGD, Adam, AdamW, Adagrad or RMSprop on the servers"):
         hvd.DistributedOptimizer(tf.keras.optimizers.Adadelta(), mode="ps-async")
     with pytest.raises(ValueError, match="RMSprop has no clipnorm"):
         hvd.DistributedOptimizer(tf.keras.optimizers.RMSprop(clipnorm=1.0), mode="ps-async")
-    with pytest.raises(ValueError, match="Adagrad has no weight_decay"):
-        hvd.DistributedOptimizer(tf.keras.optimizers.Adagrad(weight_decay=0.01), mode="ps-async")
+    excluding = tf.keras.optimizers.AdamW(weight_decay=0.01)
+    excluding.exclude_from_weight_decay(var_names=["bias"])
+    with pytest.raises(ValueError, match=r"AdamW.exclude_from_weight_decay\(\) cannot be honoured"):
+        hvd.DistributedOptimizer(excluding, mode="ps-async")
     with pytest.raises(ValueError, match="Adam has no amsgrad"):
         hvd.DistributedOptimizer(tf.keras.optimizers.Adam(amsgrad=True), mode="ps-async")
     with pytest.raises(ValueError, match="has no nesterov"):

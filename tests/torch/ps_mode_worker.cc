@@ -5,7 +5,7 @@
 //   hora_torch_ps_worker <out> sync <average|sum> <steps>
 //       a Linear(40, 30) trained by SGD (lr 0.1, momentum 0.9) on an MSE loss, first with
 //       Exchange::kPsSync, then with allreduce; exits 1 when the two disagree.
-//   hora_torch_ps_worker <out> async <max_staleness> <steps> [sgd|adam|adagrad|rmsprop]
+//   hora_torch_ps_worker <out> async <max_staleness> <steps> [sgd|sgd_wd|adam|adamw|adagrad|rmsprop]
 //       50 parameters, worker r's start r + 1, SGD on the servers with Exchange::kPsAsync (lr
 //       0.05 / s at step s, momentum 0.5 and 0.25 after step 5; or Adam at that lr, betas 0.8 and
 //       0.99, eps 1e-3; or Adagrad at that lr, lr_decay 0.1, eps 1e-3, initial accumulator 0.2;
@@ -94,6 +94,14 @@ std::shared_ptr<torch::optim::Optimizer> asyncOptimizer(const std::string& kind,
   const std::vector<at::Tensor> params{p};
   if (kind == "adam")
     return std::make_shared<torch::optim::Adam>(params, torch::optim::AdamOptions(0.05).betas({0.8, 0.99}).eps(1e-3));
+  if (kind == "adamw") {
+    return std::make_shared<torch::optim::AdamW>(
+        params, torch::optim::AdamWOptions(0.05).betas({0.8, 0.99}).eps(1e-3).weight_decay(0.3));
+  }
+  if (kind == "sgd_wd") {
+    return std::make_shared<torch::optim::SGD>(params,
+                                               torch::optim::SGDOptions(0.05).momentum(0.5).weight_decay(0.3));
+  }
   if (kind == "adagrad") {
     return std::make_shared<torch::optim::Adagrad>(
         params, torch::optim::AdagradOptions(0.05).lr_decay(0.1).eps(1e-3).initial_accumulator_value(0.2));
@@ -109,7 +117,8 @@ std::shared_ptr<torch::optim::Optimizer> asyncOptimizer(const std::string& kind,
 void schedule(torch::optim::Optimizer& inner, const std::string& kind, int s) {
   auto& options = inner.param_groups()[0].options();
   options.set_lr(0.05 / s);
-  if (kind == "sgd") static_cast<torch::optim::SGDOptions&>(options).momentum(s <= 5 ? 0.5 : 0.25);
+  if (kind == "sgd" || kind == "sgd_wd")
+    static_cast<torch::optim::SGDOptions&>(options).momentum(s <= 5 ? 0.5 : 0.25);
   if (kind == "rmsprop") static_cast<torch::optim::RMSpropOptions&>(options).momentum(s <= 5 ? 0.9 : 0.5);
 }
 
@@ -150,7 +159,7 @@ int runAsync(const std::string& out, int64_t max_staleness, int steps, const std
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
     std::cerr << "usage: " << argv[0]
-              << " <out> sync <average|sum> <steps> | <out> async <max_staleness> <steps> [sgd|adam|adagrad|rmsprop]\n";
+              << " <out> sync <average|sum> <steps> | <out> async <max_staleness> <steps> [sgd|sgd_wd|adam|adamw|adagrad|rmsprop]\n";
     return 2;
   }
   std::string out = argv[1], kind = argv[2], arg = argv[3];

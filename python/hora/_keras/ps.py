@@ -3,8 +3,8 @@ job's parameter servers (docs/parameter_servers.md) instead of allreduce.
 
 ps-sync: the gradients Keras computed are pushed and replaced by the servers' mean (op=Average)
 or sum (op=Sum) over the workers; the wrapped optimizer then applies them as after an allreduce.
-ps-async: the gradients are pushed, the servers apply them with their own SGD, Adam, Adagrad or
-RMSprop (the wrapped optimizer's options; the learning rate and momentum of that step: a
+ps-async: the gradients are pushed, the servers apply them with their own SGD, Adam, AdamW, Adagrad or
+RMSprop (the wrapped optimizer's options, weight decay included; the learning rate and momentum of that step: a
 schedule's value, or what a callback such as LearningRateWarmupCallback set) and answer with
 their parameters, which are assigned to the model's variables; the wrapped optimizer's own update
 does not run.
@@ -16,7 +16,9 @@ import numpy as np
 import tensorflow as tf
 
 import hora.tensorflow as hvd
-from hora.common.parameter_servers import PS_ASYNC, PS_SYNC, ParameterServerClient, warn_of_async_momentum
+from hora.common.exceptions import HoraInternalError
+from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, elastic_place,
+                                          warn_of_async_momentum)
 
 
 def _is_legacy(optimizer):
@@ -33,25 +35,33 @@ def _legacy_momentum_slot(optimizer):
 
 def server_optimizer(optimizer):
     """What the servers apply ps-async pushes with, as ParameterServerClient takes it: a Keras SGD,
-    Adam, Adagrad or RMSprop, in the form of the update it computes (keras_form; Keras 2's legacy
+    Adam, AdamW, Adagrad or RMSprop (with its weight_decay), in the form of the update it computes (keras_form; Keras 2's legacy
     Adagrad, and its RMSprop without momentum, put epsilon outside the root as torch does), its
     learning rate as registered (a schedule registers 0: every push carries the step's own,
     sgd_now); ValueError naming the option for anything else."""
     config = optimizer.get_config()
     kind = type(optimizer).__name__
-    if kind not in ("SGD", "Adam", "Adagrad", "RMSprop"):
-        raise ValueError(f"mode='ps-async' runs SGD, Adam, Adagrad or RMSprop on the servers: wrap a Keras SGD, "
-                         f"Adam, Adagrad or RMSprop, not {kind}")
+    if kind not in ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop"):
+        raise ValueError(f"mode='ps-async' runs SGD, Adam, AdamW, Adagrad or RMSprop on the servers: wrap a Keras "
+                         f"SGD, Adam, AdamW, Adagrad or RMSprop, not {kind}")
     if config.get("nesterov"):
         raise ValueError("mode='ps-async': the servers' SGD has no nesterov; set it to False")
-    for key in ("amsgrad", "weight_decay", "decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
+    for key in ("amsgrad", "decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
                 "gradient_accumulation_steps"):
         if config.get(key):
             raise ValueError(f"mode='ps-async': the servers' {kind} has no {key}; leave it unset")
+    if getattr(optimizer, "_exclude_from_weight_decay", None) or \
+            getattr(optimizer, "_exclude_from_weight_decay_names", None) or \
+            getattr(optimizer, "_exclude_from_weight_decay_pattern", None) is not None:
+        raise ValueError(f"mode='ps-async': the servers decay every variable; {kind}.exclude_from_weight_decay() "
+                         "cannot be honoured")
     lr = config.get("learning_rate")
     if isinstance(lr, dict) or not np.isscalar(lr):  # a schedule is serialized as a dict
         lr = 0.0
-    options = {"name": kind.lower(), "lr": float(lr), "keras_form": True}
+    kind = "Adam" if kind == "AdamW" else kind  # AdamW is Adam with the decoupled weight decay all have
+    # Keras' weight_decay (every optimizer but Keras 2's legacy ones): p -= p wd lr before the update.
+    options = {"name": kind.lower(), "lr": float(lr), "keras_form": True,
+               "weight_decay": float(config.get("weight_decay") or 0.0), "decoupled_weight_decay": True}
     if kind == "SGD":
         options["momentum"] = float(config.get("momentum", 0.0))
     elif kind == "Adam":
@@ -137,7 +147,15 @@ class KerasParameterServers:
         if self.mode == PS_ASYNC:
             warn_of_async_momentum(momentum)  # a callback may have raised it
             self.client.set_sgd(lr, momentum)
-        self.last_step = self.client.step([g.ctypes.data for g in grads], [o.ctypes.data for o in outputs])
+        try:
+            self.last_step = self.client.step([g.ctypes.data for g in grads], [o.ctypes.data for o in outputs])
+        except HoraInternalError:
+            if elastic_place() is not None:
+                # The job re-forms with new servers: the old ones that live hear this worker's
+                # goodbye now rather than wait for its connection to close.
+                self.client.close()
+                self.client = None
+            raise
         return outputs
 
     def _call(self, tensors, variables):

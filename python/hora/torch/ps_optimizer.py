@@ -4,7 +4,7 @@ parameter servers (docs/parameter_servers.md) instead of allreduce.
 ps-sync: step() pushes every gradient, the servers answer with the mean (op=Average) or sum
 (op=Sum) over the workers, written back into .grad, and the wrapped optimizer steps as after an
 allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD,
-Adam, Adagrad or RMSprop (the wrapped optimizer's options; lr and momentum as they are at that
+Adam, AdamW, Adagrad or RMSprop (the wrapped optimizer's options, weight decay included; lr and momentum as they are at that
 step, so that a scheduler's changes reach them) and answer with their parameters, which are
 copied into the model; the wrapped optimizer's own step does not run.
 
@@ -34,26 +34,29 @@ from hora.torch.hooked_optimizer import HookedOptimizer
 # What the servers run of each torch optimizer: its name there, the options the servers lack (each
 # must keep the neutral value given), and the options every param group must share. foreach,
 # capturable, differentiable and fused change how torch computes, not what: they are not looked at.
+# weight_decay is added to the gradient, but AdamW's, which is decoupled from it (AdamW first: newer
+# torch makes it a subclass of Adam).
 _SERVER_OPTIMIZERS = (
-    (torch.optim.SGD, "sgd", (("dampening", 0), ("weight_decay", 0), ("nesterov", False), ("maximize", False)),
-     ("lr", "momentum")),
-    (torch.optim.Adam, "adam", (("weight_decay", 0), ("amsgrad", False), ("maximize", False)), ("lr", "betas", "eps")),
-    (torch.optim.Adagrad, "adagrad", (("weight_decay", 0), ("maximize", False)),
-     ("lr", "lr_decay", "eps", "initial_accumulator_value")),
-    (torch.optim.RMSprop, "rmsprop", (("weight_decay", 0), ("maximize", False)),
-     ("lr", "alpha", "eps", "momentum", "centered")),
+    (torch.optim.SGD, "sgd", (("dampening", 0), ("nesterov", False), ("maximize", False)),
+     ("lr", "momentum", "weight_decay")),
+    (torch.optim.AdamW, "adam", (("amsgrad", False), ("maximize", False)), ("lr", "betas", "eps", "weight_decay")),
+    (torch.optim.Adam, "adam", (("amsgrad", False), ("maximize", False)), ("lr", "betas", "eps", "weight_decay")),
+    (torch.optim.Adagrad, "adagrad", (("maximize", False),),
+     ("lr", "lr_decay", "eps", "initial_accumulator_value", "weight_decay")),
+    (torch.optim.RMSprop, "rmsprop", (("maximize", False),),
+     ("lr", "alpha", "eps", "momentum", "centered", "weight_decay")),
 )
 
 
 def server_optimizer(optimizer):
     """What the servers apply ps-async pushes with, as ParameterServerClient takes it: the wrapped
-    torch.optim.SGD's, Adam's, Adagrad's or RMSprop's options now (every param group alike);
+    torch.optim.SGD's, Adam's, AdamW's, Adagrad's or RMSprop's options now (every param group alike);
     ValueError naming the option for anything the servers cannot run."""
     groups = optimizer.param_groups
     kind = next((entry for entry in _SERVER_OPTIMIZERS if isinstance(optimizer, entry[0])), None)
     if kind is None:
-        raise ValueError(f"mode='ps-async' runs SGD, Adam, Adagrad or RMSprop on the servers: wrap a torch.optim.SGD, "
-                         f"Adam, Adagrad or RMSprop, not {type(optimizer).__name__}")
+        raise ValueError(f"mode='ps-async' runs SGD, Adam, AdamW, Adagrad or RMSprop on the servers: wrap a "
+                         f"torch.optim.SGD, Adam, AdamW, Adagrad or RMSprop, not {type(optimizer).__name__}")
     _, name, neutral_options, keys = kind
     for key, neutral in neutral_options:
         if any(g.get(key, neutral) != neutral for g in groups):
@@ -62,7 +65,8 @@ def server_optimizer(optimizer):
     first = {k: groups[0].get(k, 0) for k in keys}
     if any(g.get(k, 0) != first[k] for g in groups for k in keys):
         raise ValueError(f"mode='ps-async': every param group must have the same {', '.join(keys)}")
-    options = {"name": name, "lr": float(first["lr"])}
+    options = {"name": name, "lr": float(first["lr"]), "weight_decay": float(first["weight_decay"]),
+               "decoupled_weight_decay": isinstance(optimizer, torch.optim.AdamW)}
     if name == "sgd":
         options["momentum"] = float(first["momentum"])
     elif name == "adam":

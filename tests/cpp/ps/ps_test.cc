@@ -247,6 +247,40 @@ TEST(PsShardState, AsyncAppliesKerasAdagrad) {
   });
 }
 
+// torch.optim.SGD's weight_decay (0.3), added to the gradient: v = m v + g + wd p; p -= lr v.
+TEST(PsShardState, AsyncAddsCoupledWeightDecayToTheGradient) {
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.weight_decay = 0.3;
+  std::vector<double> v(3, 0.0);
+  expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double m, int) {
+    for (size_t i = 0; i < 3; ++i) {
+      v[i] = m * v[i] + g[i] + 0.3 * p[i];
+      p[i] -= lr * v[i];
+    }
+  });
+}
+
+// torch.optim.AdamW (weight_decay 0.3): p *= 1 - lr wd, then Adam's step on the gradient alone.
+TEST(PsShardState, AsyncDecaysTheParametersBeforeAdamWhenDecoupled) {
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = ps::Optimizer::kAdam;
+  r.weight_decay = 0.3;
+  r.decoupled_weight_decay = 1;
+  std::vector<double> m1(3, 0.0), m2(3, 0.0);
+  expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double, int t) {
+    for (size_t i = 0; i < 3; ++i) {
+      p[i] *= 1 - lr * 0.3;
+      m1[i] = 0.9 * m1[i] + 0.1 * g[i];
+      m2[i] = 0.999 * m2[i] + 0.001 * double(g[i]) * g[i];
+      const double mhat = m1[i] / (1 - std::pow(0.9, t)), vhat = m2[i] / (1 - std::pow(0.999, t));
+      p[i] -= lr * mhat / (std::sqrt(vhat) + 1e-8);
+    }
+  });
+  ps::Registration coupled = r;
+  coupled.decoupled_weight_decay = 0;
+  EXPECT_NE(ps::registrationDifference(r, coupled).find("decoupled weight decay"), std::string::npos);
+}
+
 struct RmspropCase {
   bool keras_form, centered;
 };
