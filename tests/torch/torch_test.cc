@@ -488,15 +488,13 @@ TEST(ParameterServerModes, UnsupportedOptionsAreRefusedNamingTheOptionAndValue) 
   hvd::DistributedOptimizerOptions async;
   async.mode = hvd::Exchange::kPsAsync;
   std::vector<at::Tensor> params = model->parameters();
-  expectInvalidArgument(make(async, std::make_shared<torch::optim::AdamW>(params)),
-                        {"the servers run SGD, Adam, Adagrad or"});
+  expectInvalidArgument(make(async, std::make_shared<torch::optim::LBFGS>(params)),
+                        {"the servers run SGD, Adam, AdamW, Adagrad or"});
   expectInvalidArgument(make(async, std::make_shared<torch::optim::Adam>(params, torch::optim::AdamOptions(0.1).amsgrad(true))),
                         {"no amsgrad"});
   using torch::optim::SGDOptions;
   expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(params, SGDOptions(0.1).momentum(0.9).nesterov(true))),
                         {"no nesterov"});
-  expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(params, SGDOptions(0.1).weight_decay(0.01))),
-                        {"no weight_decay", "0.01"});
   expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(params, SGDOptions(0.1).momentum(0.9).dampening(0.5))),
                         {"no dampening", "0.5"});
   std::vector<torch::optim::OptimizerParamGroup> groups;
@@ -504,6 +502,14 @@ TEST(ParameterServerModes, UnsupportedOptionsAreRefusedNamingTheOptionAndValue) 
   groups.emplace_back(std::vector<at::Tensor>{params[2], params[3]}, std::make_unique<SGDOptions>(0.2));
   expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(groups, SGDOptions(0.1))),
                         {"same lr and momentum", "group 1", "0.2"});
+  // The servers hold one weight decay for the whole shard.
+  std::vector<torch::optim::OptimizerParamGroup> decays;
+  decays.emplace_back(std::vector<at::Tensor>{params[0], params[1]},
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(0.1).weight_decay(0.01)));
+  decays.emplace_back(std::vector<at::Tensor>{params[2], params[3]},
+                      std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(0.1).weight_decay(0.0)));
+  expectInvalidArgument(make(async, std::make_shared<torch::optim::AdamW>(decays, torch::optim::AdamWOptions(0.1))),
+                        {"same weight_decay", "group 1", "0.01"});
 
   // float32 CPU parameters only.
   torch::nn::Linear doubled(3, 2);
