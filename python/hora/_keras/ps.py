@@ -3,11 +3,11 @@ job's parameter servers (docs/parameter_servers.md) instead of allreduce.
 
 ps-sync: the gradients Keras computed are pushed and replaced by the servers' mean (op=Average)
 or sum (op=Sum) over the workers; the wrapped optimizer then applies them as after an allreduce.
-ps-async: the gradients are pushed, the servers apply them with their own SGD, Adam, AdamW, Adagrad or
-RMSprop (the wrapped optimizer's options, weight decay included; the learning rate and momentum of that step: a
-schedule's value, or what a callback such as LearningRateWarmupCallback set) and answer with
-their parameters, which are assigned to the model's variables; the wrapped optimizer's own update
-does not run.
+ps-async: the gradients are pushed, the servers apply them with their own SGD, Adam, AdamW,
+Adagrad or RMSprop (the wrapped optimizer's options, weight decay included; the learning rate and
+momentum of that step: a schedule's value, or what a callback such as LearningRateWarmupCallback
+set) and answer with their parameters, which are assigned to the model's variables; the wrapped
+optimizer's own update does not run.
 
 The exchange is a tf.numpy_function, so it runs eagerly and inside the train step Keras traces;
 the client connects at the first step, when the variables are known."""
@@ -35,8 +35,9 @@ def _legacy_momentum_slot(optimizer):
 
 def server_optimizer(optimizer):
     """What the servers apply ps-async pushes with, as ParameterServerClient takes it: a Keras SGD,
-    Adam, AdamW, Adagrad or RMSprop (with its weight_decay), in the form of the update it computes (keras_form; Keras 2's legacy
-    Adagrad, and its RMSprop without momentum, put epsilon outside the root as torch does), its
+    Adam, AdamW, Adagrad or RMSprop (with its weight_decay), in the form of the update it computes
+    (keras_form; Keras 2's legacy Adagrad, and its RMSprop without momentum, put epsilon outside
+    the root as torch does), its
     learning rate as registered (a schedule registers 0: every push carries the step's own,
     sgd_now); ValueError naming the option for anything else."""
     config = optimizer.get_config()

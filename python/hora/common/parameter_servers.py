@@ -79,8 +79,8 @@ class ParameterServerClient:
         "epsilon" (adam, adagrad, rmsprop), "rho", "centered" (rmsprop), "lr_decay",
         "initial_accumulator_value" (adagrad), "weight_decay" with "decoupled_weight_decay" (any:
         g + wd p, or p -= lr wd p before the update as AdamW does) and "keras_form" (Keras' form of
-        the update rather than torch's). fp16 (Compression.fp16): the pushes, and ps-sync's replies, travel as
-        float16; the servers sum and apply in float32."""
+        the update rather than torch's). fp16 (Compression.fp16): the pushes, and ps-sync's replies,
+        travel as float16; the servers sum and apply in float32."""
         check_mode(mode, max_staleness)
         if mode == ALLREDUCE:
             raise ValueError("mode 'allreduce' uses no parameter servers")

@@ -4,9 +4,9 @@ parameter servers (docs/parameter_servers.md) instead of allreduce.
 ps-sync: step() pushes every gradient, the servers answer with the mean (op=Average) or sum
 (op=Sum) over the workers, written back into .grad, and the wrapped optimizer steps as after an
 allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD,
-Adam, AdamW, Adagrad or RMSprop (the wrapped optimizer's options, weight decay included; lr and momentum as they are at that
-step, so that a scheduler's changes reach them) and answer with their parameters, which are
-copied into the model; the wrapped optimizer's own step does not run.
+Adam, AdamW, Adagrad or RMSprop (the wrapped optimizer's options, weight decay included; lr and
+momentum as they are at that step, so that a scheduler's changes reach them) and answer with
+their parameters, which are copied into the model; the wrapped optimizer's own step does not run.
 
 A hook on each parameter's gradient accumulator hands the gradient to the client once the
 step's last backward pass has produced it, so the pushes go out while the backward pass goes on
