@@ -266,13 +266,19 @@ def test_allreduces_of_one_function_are_fused():
     x = tf.ones([4])
     graph = step.get_concrete_function(x).graph
     assert [len(op.control_inputs) for op in graph.get_operations() if op.type == "HoraAllreduce"] == [0] * 8
-    step(x)
-    before = _core.engine_stats()["fused_allreduces"]
-    for _ in range(10):
-        out = step(x)
+    out = step(x)
     np.testing.assert_allclose([o.numpy() for o in out], [[hvd.size() * i] * 4 for i in range(8)])
-    if hvd.size() > 1:
-        assert _core.engine_stats()["fused_allreduces"] - before >= 5
+    if hvd.size() == 1:
+        return
+    # How many of a step's 8 tensors reach one engine cycle depends on the scheduler, so the
+    # ranks step until all have seen 5 fused collectives, or give up after 100 steps.
+    before = _core.engine_stats()["fused_allreduces"]
+    for steps in range(1, 101):
+        step(x)
+        fused = _core.engine_stats()["fused_allreduces"] - before
+        if hvd.allreduce(tf.constant(fused), op=hvd.Min, name="fused.seen").numpy() >= 5:
+            break
+    assert fused >= 5, f"{fused} fused collectives in {steps} steps of 8 concurrent allreduces"
 
 
 def test_bfloat16_reductions_and_gathers(mode):
