@@ -61,6 +61,21 @@ struct PsOptions {
   bool keras_form = false;
 };
 
+// kAsync's optimizer state, which the servers hold (a checkpoint or an elastic commit wants it,
+// or a restored job starts the optimizer from zero): each of the registered optimizer's slots,
+// one buffer per tensor, and its step count (torch's `step`, which Adam's bias correction and
+// Adagrad's lr decay use).
+struct PsOptimizerState {
+  uint64_t step = 0;
+  std::vector<std::vector<float*>> slots;  // by slot, then by tensor
+};
+
+// How many slots kAsync's optimizer keeps per element, in the order PsOptimizerState has them:
+// SGD 1 (the velocity); Adam 2 (the first and second moments); Adagrad 1 (the sum of squared
+// gradients); RMSprop 2 (the momentum buffer, the mean square), 3 when centered (then the mean
+// gradient). 0 in kSync, where the workers' optimizer holds the state.
+HORA_API int psOptimizerSlots(const PsOptions& options);
+
 // ps-async with N workers acts as momentum of about 1 - 1/N by itself (docs/parameter_servers.md,
 // "ps-async and momentum: why 8 workers collapsed"), so an explicit momentum of 0.9 or more with
 // 4 workers or more compounds it towards divergence. The warning the frontends give then, or ""
@@ -97,10 +112,11 @@ struct PsStep {
 class HORA_API ParameterServerClient {
  public:
   // Connects to every server and registers the tensors. `initial` (kAsync; one pointer per
-  // tensor) is this worker's parameters: worker 0's become the servers' starting point. Returns
-  // with `initial` overwritten by the servers' parameters in kAsync.
+  // tensor) is this worker's parameters: worker 0's become the servers' starting point, and so
+  // does its `initial_state` (kAsync, read; null: the optimizer starts from zero). Returns with
+  // `initial` overwritten by the servers' parameters in kAsync.
   ParameterServerClient(const PsJob& job, const std::vector<size_t>& tensor_elements, const PsOptions& options,
-                        const std::vector<float*>& initial = {});
+                        const std::vector<float*>& initial = {}, const PsOptimizerState* initial_state = nullptr);
   ~ParameterServerClient();
   ParameterServerClient(ParameterServerClient&&) noexcept;
   ParameterServerClient& operator=(ParameterServerClient&&) noexcept;
@@ -119,10 +135,16 @@ class HORA_API ParameterServerClient {
   // changes them between steps. Ignored in kSync.
   void setSgd(double lr, double momentum);
 
+  // kAsync, between steps: the servers' optimizer state now, written into `slots` (by slot, then
+  // by tensor, as PsOptimizerState); returns its step count. A server's state is copied at
+  // once, while the other workers' pushes go on.
+  uint64_t pullOptimizerState(const std::vector<std::vector<float*>>& slots);
+
   // Says goodbye to every server; later calls fail with ShutdownError. Idempotent.
   void close();
 
   int servers() const;
+  int optimizerSlots() const;  // psOptimizerSlots of the options registered
 
  private:
   struct Impl;

@@ -213,6 +213,13 @@ class DistributedOptimizer {
   std::vector<::torch::optim::OptimizerParamGroup>& param_groups() { return optimizer_->param_groups(); }
   // ps modes: what the servers said about the last push (zeros before the first).
   const PsStep& parameter_server_step() const { return ps_step_; }
+  // kPsAsync, between steps: the servers hold the optimizer's state (SGD's momentum buffers,
+  // Adam's moments and step, ...); this writes it into the wrapped optimizer's own state, under
+  // libtorch's names, so that torch::save(optimizer) holds it. An optimizer that holds state when
+  // it is wrapped (loaded from such a checkpoint) registers it as the servers' starting point, so
+  // load the checkpoint before making the DistributedOptimizer. InvalidArgumentError in the other
+  // modes.
+  void pullServerState();
 
   struct Hook;  // the autograd post-hook (src/torch/training.cc)
 
@@ -232,6 +239,7 @@ class DistributedOptimizer {
   void onGradient(size_t index);  // called by the hook of parameter `index`
   void startAllreduce(Parameter& p);
   void connectToServers(const PsOptions& options);  // the ps modes' part of the constructor
+  std::vector<at::Tensor> tensors() const;            // the parameters, in params_' order
   void pushToServers();       // the ps modes' synchronize(), under mutex_
   void readyForServers(size_t index);  // the ps modes' hook, under mutex_
 
@@ -241,6 +249,7 @@ class DistributedOptimizer {
   std::vector<Parameter> params_;
   bool synchronized_ = false;
   std::unique_ptr<ParameterServerClient> servers_;  // the ps modes only
+  PsOptions server_options_;                          // the ps modes: as registered
   bool step_begun_ = false;  // the ps modes: a hook readied a gradient of this step
   PsStep ps_step_;
 };

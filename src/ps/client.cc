@@ -165,12 +165,18 @@ struct ParameterServerClient::Impl {
       out += p.count;
     }
   }
-  void scatter(size_t server, const std::vector<float*>& tensors) {
-    const float* in = buffers[server].data();
+  void scatter(size_t server, const std::vector<float*>& tensors) { scatter(server, buffers[server].data(), tensors); }
+  void scatter(size_t server, const float* in, const std::vector<float*>& tensors) {
     for (const ps::Piece& p : plan.servers[server]) {
       std::memcpy(tensors[p.tensor] + p.offset, in, p.count * sizeof(float));
       in += p.count;
     }
+  }
+  // The error a server reported in a kError message whose header `h` was received.
+  static Error reportedError(Channel& c, const MessageHeader& h, const common::Deadline& deadline) {
+    std::string text(h.bytes, '\0');
+    c.receivePayload(text.data(), text.size(), deadline);
+    return Error(static_cast<ErrorKind>(h.error_kind), text);
   }
   // The server's answer to the last request into buffers[server], or the error it reported.
   // `halves`: it comes as float16 (a sync reply of an fp16 job). A broken connection throws.
@@ -178,11 +184,7 @@ struct ParameterServerClient::Impl {
                                                   bool halves = false) {
     Channel& c = *channels[server];
     const MessageHeader h = c.receiveHeader(deadline);
-    if (h.kind == MessageKind::kError) {
-      std::string text(h.bytes, '\0');
-      c.receivePayload(text.data(), text.size(), deadline);
-      return Error(static_cast<ErrorKind>(h.error_kind), text);
-    }
+    if (h.kind == MessageKind::kError) return reportedError(c, h, deadline);
     std::vector<float>& values = buffers[server];
     const size_t expected = values.size() * (halves ? sizeof(uint16_t) : sizeof(float));
     if (h.kind != MessageKind::kReply || (h.bytes != expected && !(may_be_empty && h.bytes == 0)))
@@ -195,6 +197,19 @@ struct ParameterServerClient::Impl {
     }
     c.receivePayload(wire[server].data(), h.bytes, deadline);
     for (size_t i = 0; i < values.size(); ++i) values[i] = common::Half::toFloat(wire[server][i]);
+    return h;
+  }
+  // A reply of exactly values.size() floats from server k into `values` (the optimizer's state),
+  // or the error the server reported, rethrown.
+  MessageHeader receiveInto(size_t k, std::vector<float>& values, const common::Deadline& deadline) {
+    Channel& c = *channels[k];
+    const MessageHeader h = c.receiveHeader(deadline);
+    if (h.kind == MessageKind::kError) rethrowAs(reportedError(c, h, deadline));
+    if (h.kind != MessageKind::kReply || h.bytes != values.size() * sizeof(float))
+      c.fail(MismatchError(std::string("answered with a ") + ps::toString(h.kind) + " of " + std::to_string(h.bytes) +
+                           " bytes where the optimizer's state of " + std::to_string(values.size() * sizeof(float)) +
+                           " was due"));
+    c.receivePayload(values.data(), h.bytes, deadline);
     return h;
   }
   // Pieces [first, end) of server k's shard, from the readied gradients, into the part of the
@@ -433,7 +448,37 @@ void checkArguments(const PsJob& job, const PsOptions& options, size_t tensors, 
                                "), got " + std::to_string(initial));
 }
 
+// InvalidArgumentError unless `slots` are kAsync's optimizer's, a pointer per tensor each.
+void checkSlots(const PsOptions& options, size_t tensors, const std::vector<std::vector<float*>>& slots,
+                const char* what) {
+  if (options.mode != PsMode::kAsync)
+    throw InvalidArgumentError(std::string(what) + ": only ps-async servers hold an optimizer state");
+  const int expected = psOptimizerSlots(options);
+  if (slots.size() != static_cast<size_t>(expected))
+    throw InvalidArgumentError(std::string(what) + ": the servers' " + ps::toString(wireOptimizer(options.optimizer)) +
+                               " keeps " + std::to_string(expected) + " slots, got " + std::to_string(slots.size()));
+  for (const auto& slot : slots)
+    if (slot.size() != tensors)
+      throw InvalidArgumentError(std::string(what) + ": a slot needs one buffer per tensor (" +
+                                 std::to_string(tensors) + "), got " + std::to_string(slot.size()));
+}
+
+// What a ps-async registration sends after its header: the parameters, then the optimizer's
+// slots when there is an initial state (Note [optimizer state] in messages.h).
+std::vector<std::vector<const float*>> initialTensors(const std::vector<float*>& initial,
+                                                      const PsOptimizerState* initial_state) {
+  std::vector<std::vector<const float*>> out{{initial.begin(), initial.end()}};
+  if (initial_state)
+    for (const auto& slot : initial_state->slots) out.emplace_back(slot.begin(), slot.end());
+  return out;
+}
+
 }  // namespace
+
+int psOptimizerSlots(const PsOptions& options) {
+  if (options.mode != PsMode::kAsync) return 0;
+  return static_cast<int>(ps::slotsOf(wireOptimizer(options.optimizer), options.centered));
+}
 
 std::string asyncMomentumWarning(int workers, double momentum) {
   if (workers < 4 || momentum < 0.9) return "";
@@ -447,10 +492,12 @@ std::string asyncMomentumWarning(int workers, double momentum) {
 }
 
 ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector<size_t>& tensor_elements,
-                                             const PsOptions& options, const std::vector<float*>& initial)
+                                             const PsOptions& options, const std::vector<float*>& initial,
+                                             const PsOptimizerState* initial_state)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
   checkArguments(job, options, tensor_elements.size(), initial.size());
+  if (initial_state) checkSlots(options, tensor_elements.size(), initial_state->slots, "initial_state");
   s.job = job;
   s.job.options.spin = s.job.options.shm_spin = std::chrono::microseconds(0);  // see quiet() in server.cc
   s.options = options;
@@ -466,15 +513,21 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
     s.wire.emplace_back(options.fp16 ? s.buffers.back().size() : 0);
   }
   ps::Registration r = registrationOf(job, options, tensor_elements);
+  if (initial_state) {
+    r.slots = static_cast<uint32_t>(initial_state->slots.size());
+    r.optimizer_step = initial_state->step;
+  }
   s.guarded([&] {
     for (size_t k = 0; k < s.channels.size(); ++k) {
       r.shard_elements = s.buffers[k].size();
       std::vector<std::byte> payload(sizeof(r));
       std::memcpy(payload.data(), &r, sizeof(r));
       if (options.mode == PsMode::kAsync) {
-        s.gather(k, std::vector<const float*>(initial.begin(), initial.end()));
-        const auto* bytes = reinterpret_cast<const std::byte*>(s.buffers[k].data());
-        payload.insert(payload.end(), bytes, bytes + s.buffers[k].size() * sizeof(float));
+        for (const auto& tensors : initialTensors(initial, initial_state)) {
+          s.gather(k, tensors);
+          const auto* bytes = reinterpret_cast<const std::byte*>(s.buffers[k].data());
+          payload.insert(payload.end(), bytes, bytes + s.buffers[k].size() * sizeof(float));
+        }
       }
       MessageHeader h;
       h.kind = MessageKind::kRegister;
@@ -502,6 +555,7 @@ ParameterServerClient::ParameterServerClient(ParameterServerClient&&) noexcept =
 ParameterServerClient& ParameterServerClient::operator=(ParameterServerClient&&) noexcept = default;
 
 int ParameterServerClient::servers() const { return static_cast<int>(impl_->channels.size()); }
+int ParameterServerClient::optimizerSlots() const { return psOptimizerSlots(impl_->options); }
 
 void ParameterServerClient::setSgd(double lr, double momentum) {
   std::lock_guard lock(impl_->mutex);
@@ -559,6 +613,34 @@ PsStep ParameterServerClient::step(const std::vector<const float*>& gradients, c
     }
     s.step = result.step;
     return result;
+  });
+}
+
+uint64_t ParameterServerClient::pullOptimizerState(const std::vector<std::vector<float*>>& slots) {
+  Impl& s = *impl_;
+  checkSlots(s.options, s.elements.size(), slots, "pullOptimizerState");
+  return s.guarded([&] {
+    {
+      std::lock_guard lock(s.mutex);  // the lanes use the channels during a step only
+      if (s.under_way) throw InvalidArgumentError("pullOptimizerState: a step is under way (a tensor was readied)");
+    }
+    const auto deadline = common::Deadline::after(s.job.options.timeout);
+    for (auto& c : s.channels) {
+      MessageHeader h;
+      h.kind = MessageKind::kState;
+      h.worker = static_cast<uint32_t>(s.job.worker);
+      c->send(h, nullptr, deadline);
+    }
+    uint64_t step = 0;
+    std::vector<float> state;
+    for (size_t k = 0; k < s.channels.size(); ++k) {
+      state.resize(slots.size() * s.buffers[k].size());
+      const MessageHeader h = s.receiveInto(k, state, deadline);
+      step = std::max(step, h.step);  // each server counts the pushes it applied
+      for (size_t slot = 0; slot < slots.size(); ++slot)
+        s.scatter(k, state.data() + slot * s.buffers[k].size(), slots[slot]);
+    }
+    return step;
   });
 }
 

@@ -9,6 +9,7 @@ const char* toString(MessageKind kind) {
     case MessageKind::kReply: return "reply";
     case MessageKind::kError: return "error";
     case MessageKind::kBye: return "bye";
+    case MessageKind::kState: return "state request";
   }
   return "unknown message";
 }
@@ -23,6 +24,16 @@ const char* toString(Optimizer optimizer) {
     case Optimizer::kRmsprop: return "RMSprop";
   }
   return "?";
+}
+
+uint32_t slotsOf(Optimizer optimizer, bool centered) {
+  switch (optimizer) {
+    case Optimizer::kSgd: return 1;
+    case Optimizer::kAdam: return 2;
+    case Optimizer::kAdagrad: return 1;
+    case Optimizer::kRmsprop: return centered ? 3 : 2;
+  }
+  return 0;
 }
 
 std::string registrationDifference(const Registration& a, const Registration& b) {

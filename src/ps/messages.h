@@ -3,6 +3,13 @@
 // A message is a fixed MessageHeader and `bytes` of payload. The channel (channel.h) sends both
 // in one transfer set and the receiver reads the header first, so it knows how much payload to
 // wait for. Payloads are float32 shards, a Registration, or (kError) the text of an error.
+//
+// Note [optimizer state]: an async server's optimizer state (SGD's velocity, Adam's moments, ...)
+// lives on the server, and a checkpoint or an elastic commit must hold it, or a restored job
+// starts its moments from zero. kState asks a server for it: the reply carries the shard's slots
+// one after another (slotsOf(): the optimizer's, in ShardState's order) and the optimizer's step
+// count in `step`. A registration may carry such slots after the initial parameters, with that
+// count in `optimizer_step`: worker 0's become the new server's starting state.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,8 @@ enum class MessageKind : uint8_t {
   kReply = 3,     // server -> worker: floats (a sum, a mean, or the parameters)
   kError = 4,     // server -> worker: why the request failed
   kBye = 5,       // worker -> server: this worker is done
+  kState = 6,     // worker -> server, async: the optimizer's state, answered by a kReply
+                  // (Note [optimizer state])
 };
 
 struct MessageHeader {
@@ -72,8 +81,19 @@ struct Registration {
   // AdamW, Keras' weight_decay); 0 = added to it, g + wd p (torch's weight_decay of the others).
   uint32_t decoupled_weight_decay = 0;
   double weight_decay = 0;  // async
+  // async, Note [optimizer state]: the payload holds this many optimizer slots after the initial
+  // parameters (0, or slotsOf() the optimizer), and the step count they were reached at. Only
+  // worker 0's are used, so they are not compared across workers.
+  uint32_t slots = 0;
+  uint32_t reserved = 0;
+  uint64_t optimizer_step = 0;
 };
-static_assert(sizeof(Registration) == 120);
+static_assert(sizeof(Registration) == 136);
+
+// The optimizer state an async server keeps per element, in the order kState answers with:
+// SGD the velocity; Adam the first and second moments; Adagrad the sum of squares; RMSprop the
+// momentum buffer, the mean square and (centered) the mean gradient.
+uint32_t slotsOf(Optimizer optimizer, bool centered);
 
 const char* toString(MessageKind kind);
 const char* toString(Mode mode);

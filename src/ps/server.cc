@@ -183,6 +183,15 @@ bool Server::serve(Channel& channel, int worker, Session& session) {
     case MessageKind::kPush:
       receivePart(channel, worker, h, session, deadline);
       return true;
+    case MessageKind::kState:
+      if (h.bytes != 0) channel.fail(MismatchError("sent a state request of " + std::to_string(h.bytes) + " bytes"));
+      try {
+        const OptimizerState state = state_.optimizerState(worker);
+        sendReply(channel, worker, {state.slots, state.step, 0, 0}, deadline);
+      } catch (const Error& e) {
+        sendError(channel, worker, e, deadline);
+      }
+      return true;
     case MessageKind::kBye:
       state_.leave(worker, false, "");
       return false;

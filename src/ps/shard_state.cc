@@ -43,6 +43,7 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
     throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " registered optimizer " +
                                std::to_string(static_cast<uint32_t>(r.optimizer)) +
                                ", which this server does not know (a worker of a newer hora?)");
+  if (r.mode == Mode::kAsync) checkInitial(worker, r, initial.size());
   if (!config_) {
     config_ = r;
     sum_.assign(r.shard_elements, 0.0f);
@@ -50,19 +51,8 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " registered " + why);
   }
   if (r.mode == Mode::kSync) return {};
-  if (initial.size() != r.shard_elements)
-    throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " sent " +
-                               std::to_string(initial.size()) + " initial values for a shard of " +
-                               std::to_string(r.shard_elements));
   if (worker == 0) {
-    params_ = std::move(initial);
-    velocity_.assign(params_.size(), 0.0f);
-    if (r.optimizer != Optimizer::kSgd) {
-      const bool adagrad = r.optimizer == Optimizer::kAdagrad;
-      second_moment_.assign(params_.size(), adagrad ? static_cast<float>(r.initial_accumulator) : 0.0f);
-    }
-    if (r.optimizer == Optimizer::kRmsprop && r.centered) mean_gradient_.assign(params_.size(), 0.0f);
-    initialized_ = true;
+    initialize(r, std::move(initial));
     changed_.notify_all();
   }
   // Every worker starts from worker 0's parameters, so wait for them.
@@ -71,6 +61,61 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
                        std::to_string(deadline.timeout().count()) +
                        " ms for worker 0 to register its initial parameters");
   return params_;
+}
+
+void ShardState::checkInitial(int worker, const Registration& r, size_t values) const {
+  const uint32_t slots = slotsOf(r.optimizer, r.centered != 0);
+  if (r.slots != 0 && r.slots != slots)
+    throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " sent " + std::to_string(r.slots) +
+                               " optimizer slots; " + toString(r.optimizer) + " keeps " + std::to_string(slots));
+  if (values != r.shard_elements * (1 + r.slots))
+    throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " sent " + std::to_string(values) +
+                               " initial values for a shard of " + std::to_string(r.shard_elements) + " and " +
+                               std::to_string(r.slots) + " optimizer slots");
+}
+
+void ShardState::initialize(const Registration& r, std::vector<float> initial) {
+  const size_t n = r.shard_elements;
+  velocity_.assign(n, 0.0f);
+  if (r.optimizer != Optimizer::kSgd) {
+    const bool adagrad = r.optimizer == Optimizer::kAdagrad;
+    second_moment_.assign(n, adagrad ? static_cast<float>(r.initial_accumulator) : 0.0f);
+  }
+  if (r.optimizer == Optimizer::kRmsprop && r.centered) mean_gradient_.assign(n, 0.0f);
+  if (r.slots != 0) {
+    auto from = initial.begin() + static_cast<std::ptrdiff_t>(n);
+    for (auto slot : slots()) {
+      std::copy(from, from + static_cast<std::ptrdiff_t>(n), (this->*slot).begin());
+      from += static_cast<std::ptrdiff_t>(n);
+    }
+    step_base_ = r.optimizer_step;
+  }
+  initial.resize(n);
+  params_ = std::move(initial);
+  initialized_ = true;
+}
+
+std::vector<std::vector<float> ShardState::*> ShardState::slots() const {
+  switch (config_->optimizer) {
+    case Optimizer::kSgd: return {&ShardState::velocity_};
+    case Optimizer::kAdam: return {&ShardState::velocity_, &ShardState::second_moment_};
+    case Optimizer::kAdagrad: return {&ShardState::second_moment_};
+    case Optimizer::kRmsprop:
+      if (config_->centered) return {&ShardState::velocity_, &ShardState::second_moment_, &ShardState::mean_gradient_};
+      return {&ShardState::velocity_, &ShardState::second_moment_};
+  }
+  return {};
+}
+
+OptimizerState ShardState::optimizerState(int worker) const {
+  std::lock_guard lock(mutex_);
+  if (!config_ || config_->mode != Mode::kAsync || !initialized_)
+    throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) +
+                               " asked for the optimizer's state, which only a ps-async server that has "
+                               "registered its workers holds");
+  OptimizerState state{step_base_ + applied_, {}};
+  for (auto slot : slots()) state.slots.insert(state.slots.end(), (this->*slot).begin(), (this->*slot).end());
+  return state;
 }
 
 ReplyData ShardState::push(int worker, uint64_t step, const float* gradient, const SgdStep& sgd,
@@ -178,8 +223,9 @@ void ShardState::applySgd(const float* g, const SgdStep& sgd) {
 
 void ShardState::applyAdam(const float* g, float lr) {
   // As torch.optim.Adam and Keras' Adam compute it (no amsgrad; weight decay came before), with t the
-  // server's count of applied pushes: every push is one step of the server's optimizer.
-  const double t = static_cast<double>(applied_ + 1);
+  // server's count of applied pushes (after the registered optimizer_step): every push is one step of
+  // the server's optimizer.
+  const double t = static_cast<double>(step_base_ + applied_ + 1);
   const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
   const auto eps = static_cast<float>(config_->epsilon);
   const double correction1 = 1.0 - std::pow(config_->beta1, t), correction2 = 1.0 - std::pow(config_->beta2, t);
@@ -206,7 +252,7 @@ void ShardState::applyAdagrad(const float* g, float lr) {
   // here the server's count of applied pushes) or Keras' Adagrad (epsilon inside the root, no
   // decay: lr_decay is 0). No weight decay. Keras 2's legacy Adagrad is torch's form (hora.keras
   // registers it so).
-  const double t = static_cast<double>(applied_ + 1);
+  const double t = static_cast<double>(step_base_ + applied_ + 1);
   const auto clr = static_cast<float>(lr / (1.0 + (t - 1.0) * config_->lr_decay));
   const auto eps = static_cast<float>(config_->epsilon);
   if (config_->keras_form) {

@@ -59,20 +59,31 @@ struct SgdStep {
   float momentum = 0;
 };
 
+// Note [optimizer state] (messages.h): an async server's optimizer slots, one after another, and
+// the step count they were reached at.
+struct OptimizerState {
+  uint64_t step = 0;
+  std::vector<float> slots;
+};
+
 class ShardState {
  public:
   // `name`: how messages name this server ("parameter server 1").
   ShardState(std::string name, int workers);
 
   // The first registration fixes the job's options; a later one that differs throws
-  // MismatchError naming the field. Async: `initial` of worker 0 becomes the parameters, and
-  // every registration waits for it; returns the parameters (sync: nothing).
+  // MismatchError naming the field. Async: `initial` of worker 0 becomes the parameters (and,
+  // when r.slots is set, the optimizer's state from the slots that follow them), and every
+  // registration waits for it; returns the parameters (sync: nothing).
   std::vector<float> registerWorker(int worker, const Registration& r, std::vector<float> initial,
                                     const common::Deadline& deadline);
   // Step `step` (1, 2, ...) of `worker`: its gradient shard in, the reply out. Async: applied with
   // `sgd`, the worker's learning rate and momentum at this step.
   ReplyData push(int worker, uint64_t step, const float* gradient, const SgdStep& sgd,
                  const common::Deadline& deadline);
+  // Async: a copy of the optimizer's state now (InvalidArgumentError in a sync job, whose
+  // servers hold none).
+  OptimizerState optimizerState(int worker) const;
   // The worker said goodbye (died = false) or its connection broke (died = true, `why`).
   void leave(int worker, bool died, const std::string& why);
 
@@ -89,6 +100,13 @@ class ShardState {
   // mutex_ held: the registered weight decay, coupled (returns g + wd p) or decoupled (decays the
   // parameters, returns g).
   const float* applyWeightDecay(const float* g, float lr);
+  // InvalidArgumentError unless an async registration's payload holds `values` floats: the
+  // parameters and r.slots optimizer slots (0, or what its optimizer keeps).
+  void checkInitial(int worker, const Registration& r, size_t values) const;
+  // mutex_ held: worker 0's initial parameters and optimizer state (Note [optimizer state]).
+  void initialize(const Registration& r, std::vector<float> initial);
+  // mutex_ held: the optimizer's slots, in kState's order.
+  std::vector<std::vector<float> ShardState::*> slots() const;
   void applySgd(const float* g, const SgdStep& sgd);  // mutex_ held
   void applyAdam(const float* g, float lr);           // mutex_ held; the update applied_ + 1
   void applyAdagrad(const float* g, float lr);        // mutex_ held; the update applied_ + 1
@@ -112,6 +130,9 @@ class ShardState {
   std::vector<float> sum_, result_;          // sync
   std::vector<std::vector<float>> replies_;  // async, by worker: the parameters its reply sends
   uint64_t applied_ = 0;                     // async: pushes applied so far
+  // async: the optimizer's step count when this server took over (worker 0's registration):
+  // Adam's and Adagrad's step is step_base_ + applied_.
+  uint64_t step_base_ = 0;
   uint64_t round_ = 1;                       // sync: the round being summed
   int arrived_ = 0;                          // sync: pushes of round_ so far
   std::vector<uint64_t> steps_;              // by worker: pushes applied (async) or summed (sync)

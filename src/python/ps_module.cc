@@ -4,6 +4,7 @@
 #include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +21,15 @@ std::vector<T*> pointers(const std::vector<uintptr_t>& addresses) {
   std::vector<T*> out;
   out.reserve(addresses.size());
   for (uintptr_t a : addresses) out.push_back(reinterpret_cast<T*>(a));
+  return out;
+}
+
+// A PsOptimizerState's buffers as Python passes them: addresses by slot, then by tensor.
+using SlotAddresses = std::vector<std::vector<uintptr_t>>;
+
+std::vector<std::vector<float*>> slotPointers(const SlotAddresses& slots) {
+  std::vector<std::vector<float*>> out;
+  for (const auto& slot : slots) out.push_back(pointers<float>(slot));
   return out;
 }
 
@@ -67,32 +77,53 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
   return o;
 }
 
+// PsClient(...): connects (GIL released: connecting waits for the servers).
+std::unique_ptr<hora::ParameterServerClient> connect(const std::vector<size_t>& elements, const std::string& mode,
+                                                     bool average, int64_t max_staleness,
+                                                     const std::vector<uintptr_t>& initial, const py::dict& optimizer,
+                                                     bool fp16, const py::object& place,
+                                                     const py::object& initial_state) {
+  hora::PsOptions options = psOptions(mode, average, max_staleness, optimizer);
+  options.fp16 = fp16;
+  std::optional<hora::PsOptimizerState> state;
+  if (!initial_state.is_none()) {
+    const auto [step, slots] = initial_state.cast<std::tuple<uint64_t, SlotAddresses>>();
+    state = hora::PsOptimizerState{step, slotPointers(slots)};
+  }
+  hora::PsJob job = hora::PsJob::fromEnvironment();
+  if (!place.is_none()) {  // an elastic job's (generation, rank, size): HORA_RANK is its start's
+    const auto [generation, worker, workers] = place.cast<std::tuple<int, int, int>>();
+    job = job.inGeneration(generation, worker, workers);
+  }
+  py::gil_scoped_release release;
+  return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<float>(initial),
+                                                       state ? &*state : nullptr);
+}
+
+// The module's functions of the parameter servers (PsClient's are bound below).
+void bindJobFunctions(py::module_& m) {
+  m.def(
+      "ps_job_servers", [] { return hora::PsJob::fromEnvironment().servers; },
+      "The number of this job's parameter servers (HORA_PS_SERVERS), or InvalidArgumentError when it has none.");
+  m.def("async_momentum_warning", &hora::asyncMomentumWarning, py::arg("workers"), py::arg("momentum"),
+        "What to warn of when ps-async with this many workers runs with this explicit momentum, or ''.");
+}
+
 }  // namespace
 
 void bindParameterServers(py::module_& m) {
   py::class_<hora::ParameterServerClient>(m, "PsClient")
-      .def(py::init([](const std::vector<size_t>& elements, const std::string& mode, bool average,
-                       int64_t max_staleness, const std::vector<uintptr_t>& initial, const py::dict& optimizer,
-                       bool fp16, const py::object& place) {
-             hora::PsOptions options = psOptions(mode, average, max_staleness, optimizer);
-             options.fp16 = fp16;
-             hora::PsJob job = hora::PsJob::fromEnvironment();
-             if (!place.is_none()) {  // an elastic job's (generation, rank, size): HORA_RANK is its start's
-               const auto [generation, worker, workers] = place.cast<std::tuple<int, int, int>>();
-               job = job.inGeneration(generation, worker, workers);
-             }
-             py::gil_scoped_release release;  // connecting waits for the servers
-             return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<float>(initial));
-           }),
+      .def(py::init(&connect),
            py::arg("elements"), py::arg("mode"), py::arg("average") = true, py::arg("max_staleness") = -1,
            py::arg("initial") = std::vector<uintptr_t>{}, py::arg("optimizer") = py::dict(), py::arg("fp16") = false,
-           py::arg("place") = py::none(),
+           py::arg("place") = py::none(), py::arg("initial_state") = py::none(),
            "Connects this worker to every parameter server of the job (HORA_PS_SERVERS), or with `place` = "
            "(generation, rank, size) of an elastic job to that generation's servers, and registers "
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
            "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop', 'lr', 'momentum', "
            "'beta1', 'beta2', 'epsilon', 'rho', 'centered', 'lr_decay', 'initial_accumulator_value', "
-           "'weight_decay', 'decoupled_weight_decay', 'keras_form'}).")
+           "'weight_decay', 'decoupled_weight_decay', 'keras_form'}), starting from `initial_state` = (step, "
+           "addresses by slot, then by tensor) when given.")
       .def(
           "step",
           [](hora::ParameterServerClient& c, const std::vector<uintptr_t>& gradients,
@@ -117,6 +148,19 @@ void bindParameterServers(py::module_& m) {
           py::arg("tensor"), py::arg("gradient"),
           "Tensor `tensor`'s gradient of the next step is final at address `gradient` (read until step() "
           "returns): its push begins while the backward pass goes on.")
+      .def(
+          "pull_optimizer_state",
+          [](hora::ParameterServerClient& c, const SlotAddresses& slots) {
+            const auto out = slotPointers(slots);
+            py::gil_scoped_release release;
+            return c.pullOptimizerState(out);
+          },
+          py::arg("slots"),
+          "ps-async, between steps: writes the servers' optimizer state into `slots` (addresses by slot, "
+          "then by tensor) and returns its step count.")
+      .def_property_readonly(
+          "optimizer_slots", [](const hora::ParameterServerClient& c) { return c.optimizerSlots(); },
+          "How many slots the servers' optimizer keeps (0 in ps-sync): see hora::psOptimizerSlots.")
       .def("set_sgd", &hora::ParameterServerClient::setSgd, py::arg("lr"), py::arg("momentum"),
            "ps-async: the learning rate and momentum (SGD's, RMSprop's) the servers apply this worker's next "
            "pushes with.")
@@ -125,6 +169,5 @@ void bindParameterServers(py::module_& m) {
         c.close();
       })
       .def_property_readonly("servers", &hora::ParameterServerClient::servers);
-  m.def("async_momentum_warning", &hora::asyncMomentumWarning, py::arg("workers"), py::arg("momentum"),
-        "What to warn of when ps-async with this many workers runs with this explicit momentum, or ''.");
+  bindJobFunctions(m);
 }

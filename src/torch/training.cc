@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -11,6 +12,7 @@
 #include <utility>
 
 #include "hora/torch.h"
+#include "server_state.h"
 
 namespace hora::torch {
 
@@ -119,7 +121,10 @@ void readAdam(::torch::optim::Optimizer& optimizer, PsOptions& into) {
   for (size_t g = 0; g < optimizer.param_groups().size(); ++g) {
     const auto& o = groupOptions<OptionsT>(optimizer, g);
     readWeightDecay(o.weight_decay(), g, into);
-    if (o.amsgrad()) refuseServerOption("the servers' Adam has no amsgrad; set it to false", g, "true");
+    if (o.amsgrad())
+      refuseServerOption(std::string("the servers' ") + (into.decoupled_weight_decay ? "AdamW" : "Adam") +
+                             " has no amsgrad; set it to false",
+                         g, "true");
     const auto [beta1, beta2] = o.betas();
     if (g > 0 && (o.lr() != into.lr || beta1 != into.beta1 || beta2 != into.beta2 || o.eps() != into.epsilon)) {
       refuseServerOption("every param group must have the same lr, betas and eps", g,
@@ -404,7 +409,28 @@ void DistributedOptimizer::connectToServers(const PsOptions& options) {
     elements.push_back(static_cast<size_t>(p.elements));
     if (options.mode == PsMode::kAsync) initial.push_back(p.tensor.data_ptr<float>());
   }
-  servers_ = std::make_unique<ParameterServerClient>(PsJob::fromEnvironment(), elements, options, initial);
+  server_options_ = options;
+  std::optional<PsOptimizerState> state;  // kPsAsync: the optimizer's, loaded from a checkpoint
+  if (options.mode == PsMode::kAsync && detail::hasState(*optimizer_, tensors()))
+    state = detail::serverSlots(*optimizer_, tensors(), options).pointers();
+  servers_ = std::make_unique<ParameterServerClient>(PsJob::fromEnvironment(), elements, options, initial,
+                                                     state ? &*state : nullptr);
+}
+
+std::vector<at::Tensor> DistributedOptimizer::tensors() const {
+  std::vector<at::Tensor> out;
+  for (const Parameter& p : params_) out.push_back(p.tensor);
+  return out;
+}
+
+void DistributedOptimizer::pullServerState() {
+  std::lock_guard lock(mutex_);
+  if (options_.mode != Exchange::kPsAsync)
+    throw InvalidArgumentError(std::string("DistributedOptimizer::pullServerState: mode ") + nameOf(options_.mode) +
+                               " keeps the optimizer's state on the workers; only Exchange::kPsAsync's servers hold it");
+  const detail::ServerSlots slots = detail::serverSlots(*optimizer_, tensors(), server_options_);
+  const uint64_t step = servers_->pullOptimizerState(slots.pointers().slots);
+  detail::setServerStep(*optimizer_, tensors(), step);
 }
 
 // The parameters' storage is read and written through raw pointers, so each must still be the

@@ -155,3 +155,25 @@ def test_ps_async_a_killed_worker_re_forms_the_job_and_the_new_servers_take_the_
     for run in job.results(2):
         assert [s for s, _ in run["log"]] == list(range(30)), run["log"]
         assert all(numpy.isfinite(run["weights"])) and min(run["weights"]) < -1, run["weights"]
+
+
+def test_ps_async_a_killed_server_re_forms_the_job_and_the_new_servers_keep_the_optimizer_state(tmp_path):
+    """Adam on the servers: each commit holds the servers' state (pulled by state_dict()), and the
+    new servers start from the restored one, so the optimizer's step count at the end holds the
+    pushes before the commit (at least rank 0's own) plus every push of generation 1. New servers
+    that started from zero would count generation 1's alone."""
+    job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "2", "-H", "127.0.0.1:2,127.0.0.2:1"],
+              tmp_path, steps=30, extra=["--mode", "ps-async", "--optimizer", "adam"])
+    job.wait_for(step_between_commits(3, 0, 6))
+    pid = server_pid(job.proc.pid, 0, 0)
+    assert pid, "parameter server 0 of generation 0 is not a child of horarun"
+    os.kill(pid, signal.SIGKILL)
+    code, output = job.finish()
+    assert code == 0, output
+    assert "horarun: generation 1: 3 rank(s)" in output, output
+    resumed = min(int(m[1]) for m in map(STEP.search, job.lines) if m and m[2] == "1")
+    committed = resumed - 1  # generation 1 redid steps committed .. 29 on each of 3 workers
+    for run in job.results(3):
+        assert [s for s, _ in run["log"]] == list(range(30)), run["log"]
+        carried = run["optimizer_step"] - 3 * (30 - committed)
+        assert committed <= carried <= 3 * (committed + COMMIT_EVERY), (run["optimizer_step"], committed, output[-3000:])

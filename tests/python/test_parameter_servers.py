@@ -239,9 +239,10 @@ class TorchServer:
         return p - lr * self.v
 
 
-def replay(pushes, optimizer, fp16):
-    """The servers' parameters after each push (index: its version), from worker 0's."""
-    p, server = np.ones(50), TorchServer(optimizer)
+def replay(pushes, optimizer, fp16, server=None):
+    """The servers' parameters after each push (index: its version), from worker 0's; `server`
+    (a TorchServer) ends holding the optimizer's state after the last."""
+    p, server = np.ones(50), server or TorchServer(optimizer)
     states = [p]
     for version, r, s, _ in pushes:
         g = np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s
@@ -252,18 +253,20 @@ def replay(pushes, optimizer, fp16):
     return states
 
 
-def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd", fp16=False):
+def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd", fp16=False, connect_lazily=True):
     """Each worker's log (the ASYNC script's) agrees with the servers' optimizer (TorchServer: SGD
     with momentum 0.5, 0.25 after step 5, also with weight decay; Adam; AdamW; Adagrad; centered
     RMSprop with momentum) applying
     every push in the order of the servers' versions, from worker 0's parameters. held (bounded
     staleness): an answer held back carries the parameters of when it was let go, after pushes
-    applied since its own."""
+    applied since its own. connect_lazily (hora.torch): a worker registers at its first step, so
+    the model holds its own start until then; the C++ frontend registers when the optimizer is made."""
     for run in runs:
         assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
-    states = replay(pushes, optimizer, fp16)
+    server = TorchServer(optimizer)
+    states = replay(pushes, optimizer, fp16, server)
     if fp16:  # the rounding is seen: the replay of unrounded pushes misses the last answer
         last = max(pushes)
         assert np.abs(np.array(last[3]) - replay(pushes, optimizer, False)[last[0]]).max() > 1e-6
@@ -274,10 +277,14 @@ def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd
         else:
             np.testing.assert_allclose(params, states[version], rtol=1e-5, atol=1e-5,
                                        err_msg=f"push {version} (worker {r} step {s})")
-    # A worker starts from the servers' parameters when it registers: worker 0's, or (a worker
-    # that registers later) those after the pushes applied so far.
+    # A worker takes the servers' parameters when it registers: worker 0's, or (a worker that
+    # registers later) those after the pushes applied so far.
     for r, run in enumerate(runs):
-        assert any(np.allclose(run["start"], state, rtol=1e-5, atol=1e-5) for state in states), f"worker {r}"
+        if connect_lazily:
+            np.testing.assert_array_equal(run["start"], np.full(50, r + 1.0), err_msg=f"worker {r}")
+        else:
+            assert any(np.allclose(run["start"], state, rtol=1e-5, atol=1e-5) for state in states), f"worker {r}"
+    return server
 
 
 def test_bounded_staleness_holds_the_fast_worker(tmp_path):
@@ -341,8 +348,16 @@ def test_cpp_ps_async_matches_a_replay_of_the_servers_order(tmp_path, staleness,
     out = cpp_job(2, 1, tmp_path, "async", staleness, steps, optimizer)
     assert out.returncode == 0, out.stdout + out.stderr
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
-    expect_a_replay_of_the_servers_order(runs, steps, held=staleness >= 0, optimizer=optimizer)
+    server = expect_a_replay_of_the_servers_order(runs, steps, held=staleness >= 0, optimizer=optimizer,
+                                                  connect_lazily=False)
     assert "asynchrony alone acts as momentum" not in out.stderr, out.stderr  # 2 workers: no warning
+    # pullServerState() after both workers' last push: the replay's optimizer state, in libtorch's.
+    slots = {"adam": [server.v, server.m2], "adamw": [server.v, server.m2], "adagrad": [server.m2],
+             "rmsprop": [server.v, server.m2, server.mean]}.get(optimizer, [server.v])
+    for r, run in enumerate(runs):
+        assert run["state"]["step"] == (0 if optimizer.startswith("sgd") else 2 * steps), run["state"]
+        for i, (got, expected) in enumerate(zip(run["state"]["slots"], slots, strict=True)):
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6, err_msg=f"worker {r} slot {i}")
     if staleness >= 0:
         for run in runs:
             assert all(e["step"] - e["slowest"] <= staleness for e in run["log"]), run["log"]
@@ -487,6 +502,90 @@ def test_a_killed_sync_worker_stops_the_job(tmp_path):
     assert out.returncode == 128 + signal.SIGKILL, out.stdout + out.stderr
     assert "rank 2 on host" in out.stderr and "the other ranks were stopped" in out.stderr, out.stderr
     assert "go on without" not in out.stderr, out.stderr
+
+
+# ---- the servers' optimizer state in a checkpoint (Note [optimizer state] in src/ps/messages.h) ----
+
+CHECKPOINT = textwrap.dedent("""
+    import sys, numpy as np, torch
+    import hora.torch as hvd
+    out, phase, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    hvd.init()
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Linear(40, 30)  # weight 1200 elements: split across 2 servers; bias 30
+
+    def optimizer(m):
+        if name == "adam":
+            return torch.optim.Adam(m.parameters(), lr=0.01, betas=(0.8, 0.99), eps=1e-3)
+        if name == "rmsprop":
+            return torch.optim.RMSprop(m.parameters(), lr=0.01, alpha=0.9, eps=1e-3, momentum=0.5, centered=True)
+        return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
+
+    data = np.random.default_rng(7)
+    batches = [(torch.from_numpy(data.standard_normal((8, 40)).astype(np.float32)),
+                torch.from_numpy(data.standard_normal((8, 30)).astype(np.float32))) for _ in range(10)]
+
+    def train(m, opt, steps):
+        for x, y in steps:
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+
+    m = model()
+    opt = hvd.DistributedOptimizer(optimizer(m), named_parameters=m.named_parameters(), mode="ps-async")
+    if phase == "first":
+        train(m, opt, batches[:6])
+        torch.save({"model": m.state_dict(), "optimizer": opt.state_dict()}, f"{out}/checkpoint.pt")
+    else:  # loaded after the optimizer was made, as Horovod's examples resume
+        checkpoint = torch.load(f"{out}/checkpoint.pt")
+        m.load_state_dict(checkpoint["model"])
+        opt.load_state_dict(checkpoint["optimizer"])
+        train(m, opt, batches[6:])
+        torch.save(m.state_dict(), f"{out}/resumed.pt")
+        # What plain torch computes: 10 steps in one go, and 6 + 4 with a fresh optimizer.
+        reference = model()
+        train(reference, optimizer(reference), batches)
+        restarted = model()
+        restarted.load_state_dict(checkpoint["model"])
+        train(restarted, optimizer(restarted), batches[6:])
+        six = model()
+        six_optimizer = optimizer(six)
+        train(six, six_optimizer, batches[:6])
+        torch.save({"through": reference.state_dict(), "restarted": restarted.state_dict(),
+                    "optimizer after 6": six_optimizer.state_dict()}, f"{out}/reference.pt")
+""")
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "rmsprop"])
+def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optimizer):
+    """One worker (so the servers apply the pushes in its order), two servers: the optimizer's
+    state_dict() after 6 steps is torch's own optimizer's after the same steps (pulled from the
+    servers), and a second job that loads the checkpoint goes on as if never stopped, where a
+    fresh optimizer would not."""
+    torch = pytest.importorskip("torch")
+    script = tmp_path / "checkpoint.py"
+    script.write_text(CHECKPOINT)
+    for phase in ("first", "resume"):
+        out = horarun(1, 2, script, tmp_path, phase, optimizer)
+        assert out.returncode == 0, out.stdout + out.stderr
+    checkpoint = torch.load(tmp_path / "checkpoint.pt")
+    state = checkpoint["optimizer"]["state"]
+    assert sorted(state) == [0, 1]
+    keys = {"sgd": {"momentum_buffer"}, "adam": {"step", "exp_avg", "exp_avg_sq"},
+            "rmsprop": {"step", "square_avg", "momentum_buffer", "grad_avg"}}[optimizer]
+    assert all(set(s) == keys for s in state.values()), state
+    resumed = torch.load(tmp_path / "resumed.pt")
+    reference = torch.load(tmp_path / "reference.pt")
+    torch_state = reference["optimizer after 6"]["state"]
+    for index, s in state.items():
+        for key in keys:
+            np.testing.assert_allclose(np.asarray(s[key]), np.asarray(torch_state[index][key]), rtol=1e-4, atol=1e-6,
+                                       err_msg=f"{key} of parameter {index}")
+    for key in ("weight", "bias"):
+        np.testing.assert_allclose(resumed[key].numpy(), reference["through"][key].numpy(), rtol=1e-4, atol=1e-5)
+        assert not np.allclose(resumed[key].numpy(), reference["restarted"][key].numpy(), rtol=1e-4, atol=1e-5)
 
 
 # ---- arguments, without a job ----

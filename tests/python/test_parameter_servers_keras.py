@@ -188,6 +188,9 @@ def test_keras_mode_arguments_are_checked():
     excluding.exclude_from_weight_decay(var_names=["bias"])
     with pytest.raises(ValueError, match=r"AdamW.exclude_from_weight_decay\(\) cannot be honoured"):
         hvd.DistributedOptimizer(excluding, mode="ps-async")
+    undecayed = tf.keras.optimizers.Adam(0.01)
+    undecayed.exclude_from_weight_decay(var_names=["bias"])  # no weight decay: nothing is excluded
+    hvd.DistributedOptimizer(undecayed, mode="ps-async")
     with pytest.raises(ValueError, match="Adam has no amsgrad"):
         hvd.DistributedOptimizer(tf.keras.optimizers.Adam(amsgrad=True), mode="ps-async")
     with pytest.raises(ValueError, match="has no nesterov"):

@@ -10,7 +10,8 @@
 //       0.05 / s at step s, momentum 0.5 and 0.25 after step 5; or Adam at that lr, betas 0.8 and
 //       0.99, eps 1e-3; or Adagrad at that lr, lr_decay 0.1, eps 1e-3, initial accumulator 0.2;
 //       or centered RMSprop at that lr, alpha 0.9, eps 1e-3, momentum 0.9 and 0.5 after step 5);
-//       worker 1 is slow; logs each step's PsStep and parameters.
+//       worker 1 is slow; logs each step's PsStep and parameters, and at the end the servers'
+//       optimizer state (pullServerState()).
 //
 // The initial values and data are formulas (sines of an index) that numpy computes identically.
 #include <torch/torch.h>
@@ -122,6 +123,37 @@ void schedule(torch::optim::Optimizer& inner, const std::string& kind, int s) {
   if (kind == "rmsprop") static_cast<torch::optim::RMSpropOptions&>(options).momentum(s <= 5 ? 0.9 : 0.5);
 }
 
+// The servers' optimizer state, as pullServerState() left it in `inner`'s own state of `p`:
+// {"step": n, "slots": [...]}, the slots in the servers' order (include/hora/ps.h).
+std::string serverStateJson(torch::optim::Optimizer& inner, const at::Tensor& p, const std::string& kind) {
+  namespace optim = torch::optim;
+  optim::OptimizerParamState& state = *inner.state().at(c10::guts::to_string(p.unsafeGetTensorImpl()));
+  std::vector<at::Tensor> slots;
+  int64_t step = 0;
+  if (kind == "adam") {
+    const auto& s = static_cast<optim::AdamParamState&>(state);
+    slots = {s.exp_avg(), s.exp_avg_sq()};
+    step = s.step();
+  } else if (kind == "adamw") {
+    const auto& s = static_cast<optim::AdamWParamState&>(state);
+    slots = {s.exp_avg(), s.exp_avg_sq()};
+    step = s.step();
+  } else if (kind == "adagrad") {
+    const auto& s = static_cast<optim::AdagradParamState&>(state);
+    slots = {s.sum()};
+    step = s.step();
+  } else if (kind == "rmsprop") {
+    const auto& s = static_cast<optim::RMSpropParamState&>(state);
+    slots = {s.momentum_buffer(), s.square_avg(), s.grad_avg()};
+    step = s.step();
+  } else {
+    slots = {static_cast<optim::SGDParamState&>(state).momentum_buffer()};
+  }
+  std::string out = "{\"step\": " + std::to_string(step) + ", \"slots\": [";
+  for (size_t i = 0; i < slots.size(); ++i) out += (i ? ", " : "") + json(slots[i]);
+  return out + "]}";
+}
+
 int runAsync(const std::string& out, int64_t max_staleness, int steps, const std::string& kind) {
   int r = hvd::rank();
   at::Tensor p = at::full({50}, r + 1.0, at::kFloat).requires_grad_(true);
@@ -149,7 +181,9 @@ int runAsync(const std::string& out, int64_t max_staleness, int steps, const std
     log << (s > 1 ? ", " : "") << "{\"step\": " << st.step << ", \"slowest\": " << st.slowest
         << ", \"version\": " << st.version << ", \"params\": " << json(p) << "}";
   }
-  log << "]}\n";
+  hvd::barrier();  // every push is applied: the servers' state is the replay's last
+  optimizer.pullServerState();
+  log << "], \"state\": " << serverStateJson(*inner, p, kind) << "}\n";
   std::ofstream(out + "/rank" + std::to_string(r) + ".json") << log.str();
   return 0;
 }

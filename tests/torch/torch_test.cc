@@ -491,7 +491,10 @@ TEST(ParameterServerModes, UnsupportedOptionsAreRefusedNamingTheOptionAndValue) 
   expectInvalidArgument(make(async, std::make_shared<torch::optim::LBFGS>(params)),
                         {"the servers run SGD, Adam, AdamW, Adagrad or"});
   expectInvalidArgument(make(async, std::make_shared<torch::optim::Adam>(params, torch::optim::AdamOptions(0.1).amsgrad(true))),
-                        {"no amsgrad"});
+                        {"the servers' Adam has no amsgrad"});
+  expectInvalidArgument(
+      make(async, std::make_shared<torch::optim::AdamW>(params, torch::optim::AdamWOptions(0.1).amsgrad(true))),
+      {"the servers' AdamW has no amsgrad"});
   using torch::optim::SGDOptions;
   expectInvalidArgument(make(async, std::make_shared<torch::optim::SGD>(params, SGDOptions(0.1).momentum(0.9).nesterov(true))),
                         {"no nesterov"});

@@ -51,9 +51,10 @@ def server_optimizer(optimizer):
                 "gradient_accumulation_steps"):
         if config.get(key):
             raise ValueError(f"mode='ps-async': the servers' {kind} has no {key}; leave it unset")
-    if getattr(optimizer, "_exclude_from_weight_decay", None) or \
-            getattr(optimizer, "_exclude_from_weight_decay_names", None) or \
-            getattr(optimizer, "_exclude_from_weight_decay_pattern", None) is not None:
+    excluded = getattr(optimizer, "_exclude_from_weight_decay", None) or \
+        getattr(optimizer, "_exclude_from_weight_decay_names", None) or \
+        getattr(optimizer, "_exclude_from_weight_decay_pattern", None) is not None
+    if excluded and config.get("weight_decay"):  # without a decay, nothing is excluded from it
         raise ValueError(f"mode='ps-async': the servers decay every variable; {kind}.exclude_from_weight_decay() "
                          "cannot be honoured")
     lr = config.get("learning_rate")

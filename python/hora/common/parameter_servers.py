@@ -60,6 +60,12 @@ def warn_of_async_momentum(momentum, workers=None, rank=None, stacklevel=3):
     return True
 
 
+def check_servers():
+    """InvalidArgumentError unless this process is a worker of a job with parameter servers
+    (horarun --servers K): for an optimizer that connects only at its first step."""
+    _core.ps_job_servers()
+
+
 def elastic_place():
     """(generation, rank, size) of this worker in an elastic job's current generation, or None
     outside an elastic job: its servers serve that generation only (docs/parameter_servers.md,
@@ -73,14 +79,17 @@ def elastic_place():
 class ParameterServerClient:
     """This worker's side: register the tensors (element counts, float32) once, then step()."""
 
-    def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None, fp16=False):
+    def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None, fp16=False,
+                 initial_state=None):
         """optimizer (ps-async): what the servers apply the pushes with, a dict of "name" ("sgd",
         "adam", "adagrad" or "rmsprop"), "lr", "momentum" (sgd, rmsprop), "beta1", "beta2" (adam),
         "epsilon" (adam, adagrad, rmsprop), "rho", "centered" (rmsprop), "lr_decay",
         "initial_accumulator_value" (adagrad), "weight_decay" with "decoupled_weight_decay" (any:
         g + wd p, or p -= lr wd p before the update as AdamW does) and "keras_form" (Keras' form of
         the update rather than torch's). fp16 (Compression.fp16): the pushes, and ps-sync's replies,
-        travel as float16; the servers sum and apply in float32."""
+        travel as float16; the servers sum and apply in float32. initial_state (ps-async): (step,
+        addresses by slot, then by tensor) of the optimizer's state to start from, as
+        pull_optimizer_state() gives it; worker 0's is the one the servers take."""
         check_mode(mode, max_staleness)
         if mode == ALLREDUCE:
             raise ValueError("mode 'allreduce' uses no parameter servers")
@@ -88,7 +97,7 @@ class ParameterServerClient:
         self._client = _core.PsClient(list(elements), mode, average=average,
                                       max_staleness=-1 if max_staleness is None else max_staleness,
                                       initial=list(initial), optimizer=dict(optimizer or {}), place=self._place,
-                                      fp16=bool(fp16))
+                                      fp16=bool(fp16), initial_state=initial_state)
         _open_clients.add(self)
 
     def stale(self):
@@ -100,6 +109,20 @@ class ParameterServerClient:
     @property
     def servers(self):
         return self._client.servers
+
+    @property
+    def optimizer_slots(self):
+        """How many slots (buffers the size of the parameters) the servers' optimizer keeps, in
+        the order pull_optimizer_state() fills them: SGD the velocity; Adam the first and second
+        moments; Adagrad the sum of squared gradients; RMSprop the momentum buffer, the mean
+        square and, centered, the mean gradient. 0 in ps-sync."""
+        return self._client.optimizer_slots
+
+    def pull_optimizer_state(self, slots):
+        """ps-async, between steps: writes the servers' optimizer state into the float32 buffers at
+        `slots` (addresses by slot, then by tensor) and returns its step count (the pushes the
+        servers applied, after the registered initial state's)."""
+        return self._client.pull_optimizer_state([list(slot) for slot in slots])
 
     def set_sgd(self, lr, momentum=0.0):
         """ps-async: the learning rate (and SGD's or RMSprop's momentum) the servers apply the next pushes with

@@ -88,4 +88,9 @@ def wrap(optimizer, form, *args):
     instance of the optimizer's own class with the methods of HookedOptimizer and `form`."""
     methods = {**HookedOptimizer.__dict__, **form.__dict__}
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
-    return cls(optimizer.param_groups, *args)
+    wrapped = cls(optimizer.param_groups, *args)
+    # Made from the param_groups alone, the new instance lacks the state `optimizer` holds: a
+    # checkpoint loaded into it, or Adagrad's sums, which it starts at its constructor's
+    # initial_accumulator_value (not the group's). Both step the same parameters: the state carries over.
+    wrapped.state.update(optimizer.state)
+    return wrapped

@@ -7,6 +7,9 @@ allreduce. ps-async: step() pushes the gradients, the servers apply them with th
 Adam, AdamW, Adagrad or RMSprop (the wrapped optimizer's options, weight decay included; lr and
 momentum as they are at that step, so that a scheduler's changes reach them) and answer with
 their parameters, which are copied into the model; the wrapped optimizer's own step does not run.
+Its state lives on the servers: state_dict() pulls it from them (torch's keys: a checkpoint loads
+into a plain torch optimizer too), and the first step registers the state the optimizer holds
+then (loaded from a checkpoint, or an elastic commit) as the servers' starting point.
 
 A hook on each parameter's gradient accumulator hands the gradient to the client once the
 step's last backward pass has produced it, so the pushes go out while the backward pass goes on
@@ -25,8 +28,8 @@ import torch
 
 from hora.common.ops import Average, Sum
 from hora.common.exceptions import HoraInternalError
-from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, elastic_place,
-                                           warn_of_async_momentum)
+from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, check_servers,
+                                           elastic_place, warn_of_async_momentum)
 from hora.torch.compression import Compression
 from hora.torch.hooked_optimizer import HookedOptimizer
 
@@ -81,6 +84,14 @@ def server_optimizer(optimizer):
     return options
 
 
+def _slot_names(options):
+    """The wrapped optimizer's state keys for the slots the servers keep (ps-async, the order of
+    ParameterServerClient.optimizer_slots), by server_optimizer's answer `options`."""
+    return {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"), "adagrad": ("sum",),
+            "rmsprop": ("momentum_buffer", "square_avg") + (("grad_avg",) if options.get("centered") else ())
+            }[options["name"]]
+
+
 class _ParameterServerOptimizer(HookedOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op, mode, max_staleness,
                  server_options):  # server_options: server_optimizer's answer, or None (ps-sync)
@@ -101,14 +112,71 @@ class _ParameterServerOptimizer(HookedOptimizer):
         self._should_synchronize = True
         self._client_options = dict(average=(op == Average), max_staleness=max_staleness, optimizer=server_options,
                                     fp16=compression is Compression.fp16)
-        self._connect()
+        check_servers()  # now, where the user made the optimizer, rather than at the first step
+        self._client = None  # connected at the first step (_begin_step)
         self._register_hooks()
 
     def _connect(self):
-        # ps-async: every worker starts from the servers' parameters (worker 0's).
-        initial = [p.data.data_ptr() for p in self._params] if self._mode == PS_ASYNC else ()
+        # ps-async: every worker starts from the servers' parameters and optimizer state (worker
+        # 0's): the state this optimizer holds, restored from a checkpoint or an elastic commit.
+        initial, initial_state = (), None
+        if self._mode == PS_ASYNC:
+            # Copies, which the registration overwrites with the servers' parameters: a hook may
+            # connect in the middle of the backward pass, which still reads the parameters. The
+            # step's reply brings the servers' parameters into the model.
+            registered = [p.data.clone() for p in self._params]
+            initial = [t.data_ptr() for t in registered]
+            if any(self.state.get(p) for p in self._params):
+                step, slots = self._server_state()
+                initial_state = (step, [[t.data_ptr() for t in slot] for slot in slots])
         self._client = ParameterServerClient([p.numel() for p in self._params], self._mode, initial=initial,
-                                             **self._client_options)
+                                             initial_state=initial_state, **self._client_options)
+
+    def _server_state(self):
+        """ps-async: (step, tensors by slot, then by parameter) of the servers' optimizer state as
+        the wrapped optimizer's own state holds it (torch's keys and layout), made zero where missing."""
+        options = self._client_options["optimizer"]
+        names = _slot_names(options)
+        slots = [[] for _ in names]
+        step = 0
+        for p in self._params:
+            state = self.state[p]
+            if "step" in state:
+                step = int(float(state["step"]))
+            for slot, name in zip(slots, names):
+                t = state.get(name)
+                if t is None:  # where torch starts it (Adagrad's sum: at initial_accumulator_value)
+                    start = options.get("initial_accumulator_value", 0.0) if name == "sum" else 0.0
+                    t = torch.full_like(p.data, start, memory_format=torch.contiguous_format)
+                elif t.shape != p.shape:
+                    raise ValueError(f"mode='ps-async': the optimizer's {name!r} of {self._parameter_names[p]} has "
+                                     f"shape {tuple(t.shape)}, the parameter {tuple(p.shape)}")
+                state[name] = t = t.to(torch.float32, memory_format=torch.contiguous_format)
+                slot.append(t)
+        return step, slots
+
+    def _pull_server_state(self):
+        """ps-async: the servers' optimizer state now, into the wrapped optimizer's state."""
+        _, slots = self._server_state()
+        step = self._client.pull_optimizer_state([[t.data_ptr() for t in slot] for slot in slots])
+        if self._client_options["optimizer"]["name"] == "sgd":
+            return  # torch's SGD counts no steps
+        for p in self._params:
+            old = self.state[p].get("step")
+            if isinstance(old, torch.Tensor):
+                old.fill_(float(step))  # its shape and device as torch made it (capturable: (1,))
+            else:
+                self.state[p]["step"] = torch.tensor(float(step))
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict. ps-async: the servers hold the optimizer's state
+        (momentum buffers, Adam's moments and step, ...), so it is pulled from them first, into
+        the wrapped optimizer's state under torch's own keys: a checkpoint or an elastic commit
+        holds it, a job restored from it starts its servers from it (also a plain torch optimizer
+        can load it). The pull is a round trip to every server, between steps."""
+        if self._mode == PS_ASYNC and self._client is not None and not self._client.stale():
+            self._pull_server_state()
+        return super(self.__class__, self).state_dict()
 
     def _make_hook(self, p):
         index = self._index[p]
@@ -130,11 +198,13 @@ class _ParameterServerOptimizer(HookedOptimizer):
         scheduler left them (it steps after optimizer.step(), so they hold for the whole pass)."""
         if self._step_begun:
             return
-        if self._client.stale():
-            # The elastic job re-formed: its old servers are gone; the new ones know this worker by
-            # its new rank. ps-async registers the parameters as the reset left them (rank 0's
-            # restored commit, on every worker after sync()).
-            self._client.close()
+        if self._client is None or self._client.stale():
+            # The first step, or the elastic job re-formed (its old servers are gone; the new ones
+            # know this worker by its new rank). ps-async registers the parameters and optimizer
+            # state as they are now: loaded from a checkpoint and broadcast after the optimizer was
+            # made, or rank 0's restored commit (on every worker after sync()).
+            if self._client is not None:
+                self._client.close()
             self._connect()
         self._step_begun = True
         if self._mode == PS_ASYNC:
@@ -210,7 +280,8 @@ class _ParameterServerOptimizer(HookedOptimizer):
 
     def close(self):
         """Tells the servers this worker is done (also done at exit)."""
-        self._client.close()
+        if self._client is not None:
+            self._client.close()
 
 
 def ps_optimizer(wrap, optimizer, named_parameters, compression, backward_passes_per_step, op, mode, max_staleness):

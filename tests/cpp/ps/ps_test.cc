@@ -342,6 +342,94 @@ TEST(PsShardState, AsyncRegistrationsOfTheNewOptimizersMustAgree) {
   }
 }
 
+// Note [optimizer state]: a server started from another's pulled state (its parameters, slots
+// and step count) goes on exactly as that one does: the same pushes give both the same
+// parameters, so nothing of the optimizer (Adam's moments and bias correction, Adagrad's sums and
+// lr decay, RMSprop's buffers) restarts.
+struct StateCase {
+  const char* name;
+  ps::Optimizer optimizer;
+  bool centered;
+  uint32_t slots;
+};
+
+class PsOptimizerState : public ::testing::TestWithParam<StateCase> {};
+
+TEST_P(PsOptimizerState, AServerStartedFromAnothersStateGoesOnAsItWould) {
+  const StateCase c = GetParam();
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = c.optimizer;
+  r.centered = c.centered ? 1 : 0;
+  r.lr_decay = c.optimizer == ps::Optimizer::kAdagrad ? 0.2 : 0.0;
+  r.initial_accumulator = c.optimizer == ps::Optimizer::kAdagrad ? 0.1 : 0.0;
+  ASSERT_EQ(ps::slotsOf(r.optimizer, c.centered), c.slots);
+  const auto d = common::Deadline::after(10s);
+  const auto gradient = [](int s) {
+    return std::vector<float>{0.5f * static_cast<float>(s), -0.25f, 1.0f / static_cast<float>(s) - 0.3f};
+  };
+  ps::ShardState first("parameter server 0", 1);
+  first.registerWorker(0, r, {1.0f, -2.0f, 0.5f}, d);
+  for (int s = 1; s <= 4; ++s) first.push(0, static_cast<uint64_t>(s), gradient(s).data(), {0.1f, 0.9f}, d);
+  const ps::OptimizerState state = first.optimizerState(0);
+  EXPECT_EQ(state.step, 4u);
+  ASSERT_EQ(state.slots.size(), 3u * c.slots);
+  EXPECT_NE(state.slots, std::vector<float>(state.slots.size(), 0.0f));
+
+  ps::Registration restart = r;
+  restart.slots = c.slots;
+  restart.optimizer_step = state.step;
+  std::vector<float> initial = first.parameters();
+  initial.insert(initial.end(), state.slots.begin(), state.slots.end());
+  ps::ShardState second("parameter server 0", 1);
+  second.registerWorker(0, restart, initial, d);
+  EXPECT_EQ(second.optimizerState(0).slots, state.slots);
+  for (int s = 5; s <= 8; ++s) {
+    const auto a = first.push(0, static_cast<uint64_t>(s), gradient(s).data(), {0.1f, 0.9f}, d);
+    const auto b = second.push(0, static_cast<uint64_t>(s - 4), gradient(s).data(), {0.1f, 0.9f}, d);
+    for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a.values[i], b.values[i]) << "push " << s << " element " << i;
+  }
+  EXPECT_EQ(second.optimizerState(0).step, 8u);
+  EXPECT_EQ(second.optimizerState(0).slots, first.optimizerState(0).slots);
+
+  // Without the state, the second server would have diverged (the test can fail).
+  ps::ShardState fresh("parameter server 0", 1);
+  fresh.registerWorker(0, r, first.parameters(), d);
+  const auto a = first.push(0, 9, gradient(9).data(), {0.1f, 0.9f}, d);
+  const auto b = fresh.push(0, 1, gradient(9).data(), {0.1f, 0.9f}, d);
+  EXPECT_NE(std::vector<float>(a.values.begin(), a.values.end()), std::vector<float>(b.values.begin(), b.values.end()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, PsOptimizerState,
+                         ::testing::Values(StateCase{"Sgd", ps::Optimizer::kSgd, false, 1},
+                                           StateCase{"Adam", ps::Optimizer::kAdam, false, 2},
+                                           StateCase{"Adagrad", ps::Optimizer::kAdagrad, false, 1},
+                                           StateCase{"Rmsprop", ps::Optimizer::kRmsprop, false, 2},
+                                           StateCase{"RmspropCentered", ps::Optimizer::kRmsprop, true, 3}),
+                         [](const ::testing::TestParamInfo<StateCase>& param) { return param.param.name; });
+
+TEST(PsShardState, OptimizerStateIsRefusedWhereThereIsNone) {
+  const auto d = common::Deadline::after(10s);
+  ps::ShardState sync("parameter server 2", 1);
+  sync.registerWorker(0, registration(ps::Mode::kSync, 1, 3), {}, d);
+  try {
+    sync.optimizerState(0);
+    ADD_FAILURE() << "a sync server answered with an optimizer state";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("parameter server 2: worker 0 asked for the optimizer's state"),
+              std::string::npos)
+        << e.what();
+  }
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = ps::Optimizer::kAdam;
+  r.slots = 1;  // Adam keeps 2
+  ps::ShardState async("parameter server 0", 1);
+  EXPECT_THROW(async.registerWorker(0, r, std::vector<float>(6, 0.0f), d), InvalidArgumentError);
+  r.slots = 2;
+  EXPECT_THROW(async.registerWorker(0, r, std::vector<float>(6, 0.0f), d), InvalidArgumentError);  // 9 due
+  async.registerWorker(0, r, std::vector<float>(9, 0.5f), d);
+  EXPECT_EQ(async.optimizerState(0).slots, std::vector<float>(6, 0.5f));
+}
+
 TEST(PsShardState, BoundedStalenessHoldsTheFastWorker) {
   constexpr int kStaleness = 2, kSteps = 12;
   ps::ShardState state("parameter server 0", 2);

@@ -79,6 +79,31 @@ def test_broadcast_state_of_every_optimizer(options):
         assert_equal_on_every_rank(sorted(model.state_dict().items()))
 
 
+def test_the_wrapped_optimizer_keeps_the_state_it_holds():
+    """Horovod makes its wrapper from the param_groups alone, which loses the optimizer's state:
+    Adagrad's sums then start at 0, not at its initial_accumulator_value, and a checkpoint loaded
+    before wrapping is dropped. Here both carry over, and the wrapped Adagrad steps as torch's own
+    (the same data on every rank: the average is the local gradient)."""
+    torch.manual_seed(3)
+    model, reference = sequential(), sequential()
+    reference.load_state_dict(model.state_dict())
+    wrapped = hvd.DistributedOptimizer(torch.optim.Adagrad(model.parameters(), lr=0.1, initial_accumulator_value=0.5),
+                                       named_parameters=model.named_parameters())
+    plain = torch.optim.Adagrad(reference.parameters(), lr=0.1, initial_accumulator_value=0.5)
+    for seed in (1, 2):
+        one_step(model, wrapped, seed)
+        one_step(reference, plain, seed)
+    for (name, a), b in zip(model.state_dict().items(), reference.state_dict().values()):
+        torch.testing.assert_close(a, b, msg=name)
+
+    loaded = torch.optim.Adagrad(model.parameters(), lr=0.1)  # its sums start at 0 ...
+    loaded.load_state_dict(plain.state_dict())  # ... until the checkpoint's come
+    state = hvd.DistributedOptimizer(loaded, named_parameters=model.named_parameters()).state_dict()["state"]
+    assert sorted(state) == sorted(plain.state_dict()["state"])
+    for index, entries in plain.state_dict()["state"].items():
+        torch.testing.assert_close(state[index]["sum"], entries["sum"])
+
+
 def test_broadcast_state_options_take_the_roots_types_and_values():
     root_options = dict(lr=0.1, momentum=0.8, weight_decay=0.2, nesterov=True, betas=(0.9, 0.999),
                         etas=(0.8, 2.4), step_sizes=(1e-5, 100))

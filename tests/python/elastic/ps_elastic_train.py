@@ -7,7 +7,8 @@ generation's workers). Every step appends (step, size) to the committed state, s
 weights must equal a numpy replay of that log (reference_weights), and the log must hold every
 step exactly once. Each step prints "step <s> gen=<g> rank=<r> size=<n> pid=<pid>"; an error that
 makes the job re-form prints "rank <r> caught <kind>: <message>" before hvd.elastic.run handles
-it. Each rank writes <out>/rank<r>.json at the end."""
+it. Each rank writes <out>/rank<r>.json at the end, with the optimizer's step count (Adam's: in
+ps-async the servers' count of applied pushes, carried across re-forms by the commits)."""
 
 import argparse
 import json
@@ -47,13 +48,15 @@ def main():
     p.add_argument("--mode", default="ps-sync")
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--step-sleep", type=float, default=0.05)
+    p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])  # adam: ps-async only (no replay)
     args = p.parse_args()
 
     hvd.init()
     model = torch.nn.Linear(4, 1, bias=False)
     torch.nn.init.zeros_(model.weight)
-    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM),
-                                         named_parameters=model.named_parameters(), mode=args.mode)
+    inner = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM) if args.optimizer == "sgd" else \
+        torch.optim.Adam(model.parameters(), lr=LR)
+    optimizer = hvd.DistributedOptimizer(inner, named_parameters=model.named_parameters(), mode=args.mode)
     state = hvd.elastic.TorchState(model, optimizer, step=0, log=[])
     ran = []
 
@@ -79,9 +82,11 @@ def main():
             raise
 
     train(state)
+    hvd.barrier()  # every worker's pushes are in: the optimizer's step counts them all
+    steps = [float(s["step"]) for s in optimizer.state_dict()["state"].values() if "step" in s]
     with open(os.path.join(args.out, f"rank{hvd.rank()}.json"), "w") as f:
         json.dump({"weights": model.weight.detach().double().numpy().reshape(4).tolist(), "log": state.log,
-                   "ran": ran, "size": hvd.size()}, f)
+                   "ran": ran, "size": hvd.size(), "optimizer_step": steps[0] if steps else None}, f)
 
 
 if __name__ == "__main__":
