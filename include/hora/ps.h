@@ -4,8 +4,8 @@
 // step, pushes its gradients and pulls what the servers answer:
 //   - kSync: the sum (or the mean) of every worker's gradients of this step, as an allreduce;
 //   - kAsync: the servers' parameters after applying this worker's gradients with the optimizer
-//     they hold (SGD with momentum, Adam, Adagrad or RMSprop; lr and momentum from the options, or
-//     as setSgd changed them); with max_staleness = s the answer waits until no live worker is more
+//     they hold (SGD with momentum, Adam, Adagrad, RMSprop, Adamax or Adadelta; lr and momentum
+//     from the options, or as setSgd changed them); with max_staleness = s the answer waits until no live worker is more
 //     than s steps behind this one.
 // Tensors are float32, registered once (their element counts, in the same order on every
 // worker); each server holds a shard of them (src/ps/sharding.h).
@@ -31,7 +31,7 @@ namespace hora {
 
 enum class PsMode { kSync, kAsync };
 // kAsync: the optimizer the servers apply the pushes with.
-enum class PsOptimizer { kSgd, kAdam, kAdagrad, kRmsprop };
+enum class PsOptimizer { kSgd, kAdam, kAdagrad, kRmsprop, kAdamax, kAdadelta };
 
 struct PsOptions {
   PsMode mode = PsMode::kSync;
@@ -43,9 +43,9 @@ struct PsOptions {
   PsOptimizer optimizer = PsOptimizer::kSgd;  // kAsync
   double lr = 0.0;              // kAsync (setSgd changes lr and momentum between steps)
   double momentum = 0.0;        // kSgd, kRmsprop
-  double beta1 = 0.9, beta2 = 0.999;  // kAdam
-  double epsilon = 1e-8;        // kAdam, kAdagrad, kRmsprop
-  double rho = 0.99;            // kRmsprop: the mean square's decay (torch's alpha, Keras' rho)
+  double beta1 = 0.9, beta2 = 0.999;  // kAdam, kAdamax
+  double epsilon = 1e-8;        // every optimizer but kSgd
+  double rho = 0.99;            // kRmsprop, kAdadelta: the mean square's decay (torch's alpha, Keras' rho)
   bool centered = false;        // kRmsprop: divide by the gradients' estimated variance
   double lr_decay = 0.0;        // kAdagrad: lr / (1 + (t - 1) lr_decay) at the servers' step t
   double initial_accumulator_value = 0.0;  // kAdagrad
@@ -63,8 +63,8 @@ struct PsOptions {
 
 // kAsync's optimizer state, which the servers hold (a checkpoint or an elastic commit wants it,
 // or a restored job starts the optimizer from zero): each of the registered optimizer's slots,
-// one buffer per tensor, and its step count (torch's `step`, which Adam's bias correction and
-// Adagrad's lr decay use).
+// one buffer per tensor, and its step count (torch's `step`, which Adam's and Adamax's bias
+// correction and Adagrad's lr decay use).
 struct PsOptimizerState {
   uint64_t step = 0;
   std::vector<std::vector<float*>> slots;  // by slot, then by tensor
@@ -73,7 +73,8 @@ struct PsOptimizerState {
 // How many slots kAsync's optimizer keeps per element, in the order PsOptimizerState has them:
 // SGD 1 (the velocity); Adam 2 (the first and second moments); Adagrad 1 (the sum of squared
 // gradients); RMSprop 2 (the momentum buffer, the mean square), 3 when centered (then the mean
-// gradient). 0 in kSync, where the workers' optimizer holds the state.
+// gradient); Adamax 2 (the first moment, the infinity norm); Adadelta 2 (the mean squares of the
+// gradient and of the update). 0 in kSync, where the workers' optimizer holds the state.
 HORA_API int psOptimizerSlots(const PsOptions& options);
 
 // ps-async with N workers acts as momentum of about 1 - 1/N by itself (docs/parameter_servers.md,

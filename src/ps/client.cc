@@ -403,6 +403,8 @@ ps::Optimizer wireOptimizer(PsOptimizer optimizer) {
     case PsOptimizer::kAdam: return ps::Optimizer::kAdam;
     case PsOptimizer::kAdagrad: return ps::Optimizer::kAdagrad;
     case PsOptimizer::kRmsprop: return ps::Optimizer::kRmsprop;
+    case PsOptimizer::kAdamax: return ps::Optimizer::kAdamax;
+    case PsOptimizer::kAdadelta: return ps::Optimizer::kAdadelta;
   }
   throw InvalidArgumentError("unknown PsOptimizer " + std::to_string(static_cast<int>(optimizer)));
 }
@@ -418,8 +420,9 @@ ps::Registration registrationOf(const PsJob& job, const PsOptions& options, cons
   r.keras_form = options.keras_form ? 1 : 0;
   r.optimizer = wireOptimizer(options.optimizer);
   r.beta1 = options.beta1;
-  // RMSprop's decay of the mean square travels in Adam's beta2, the field of the same role.
-  r.beta2 = options.optimizer == PsOptimizer::kRmsprop ? options.rho : options.beta2;
+  // RMSprop's and Adadelta's decay of the mean square travels in Adam's beta2, the field of the same role.
+  const bool rho = options.optimizer == PsOptimizer::kRmsprop || options.optimizer == PsOptimizer::kAdadelta;
+  r.beta2 = rho ? options.rho : options.beta2;
   r.epsilon = options.epsilon;
   r.centered = options.optimizer == PsOptimizer::kRmsprop && options.centered ? 1 : 0;
   r.lr_decay = options.optimizer == PsOptimizer::kAdagrad ? options.lr_decay : 0.0;

@@ -22,6 +22,8 @@ const char* toString(Optimizer optimizer) {
     case Optimizer::kAdam: return "Adam";
     case Optimizer::kAdagrad: return "Adagrad";
     case Optimizer::kRmsprop: return "RMSprop";
+    case Optimizer::kAdamax: return "Adamax";
+    case Optimizer::kAdadelta: return "Adadelta";
   }
   return "?";
 }
@@ -32,6 +34,8 @@ uint32_t slotsOf(Optimizer optimizer, bool centered) {
     case Optimizer::kAdam: return 2;
     case Optimizer::kAdagrad: return 1;
     case Optimizer::kRmsprop: return centered ? 3 : 2;
+    case Optimizer::kAdamax: return 2;
+    case Optimizer::kAdadelta: return 2;
   }
   return 0;
 }

@@ -50,7 +50,7 @@ static_assert(sizeof(MessageHeader) == 64);
 enum class Mode : uint32_t { kSync = 1, kAsync = 2 };
 
 // The optimizer an async server applies the pushes with.
-enum class Optimizer : uint32_t { kSgd = 0, kAdam = 1, kAdagrad = 2, kRmsprop = 3 };
+enum class Optimizer : uint32_t { kSgd = 0, kAdam = 1, kAdagrad = 2, kRmsprop = 3, kAdamax = 4, kAdadelta = 5 };
 
 // What a worker tells a server when it connects; every worker of a job must send the same
 // (but its own worker number, which travels in the header).
@@ -69,8 +69,9 @@ struct Registration {
   uint64_t layout_hash = 0;
   Optimizer optimizer = Optimizer::kSgd;  // async
   uint32_t centered = 0;  // async, RMSprop: 1 = divide by the gradients' estimated variance, not mean square
-  // async: Adam's betas and epsilon. RMSprop's decay of the mean square (torch's alpha, Keras' rho)
-  // travels as beta2, the field of the same role in Adam; Adagrad's and RMSprop's epsilon as epsilon.
+  // async: Adam's and Adamax's betas and epsilon. RMSprop's and Adadelta's decay of the mean
+  // square (torch's alpha and rho, Keras' rho) travels as beta2, the field of the same role in Adam;
+  // every optimizer's epsilon as epsilon.
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
   double lr_decay = 0;             // async, Adagrad (torch's): lr / (1 + (t - 1) lr_decay) at step t
   double initial_accumulator = 0;  // async, Adagrad: where the sum of squared gradients starts
@@ -91,8 +92,9 @@ struct Registration {
 static_assert(sizeof(Registration) == 136);
 
 // The optimizer state an async server keeps per element, in the order kState answers with:
-// SGD the velocity; Adam the first and second moments; Adagrad the sum of squares; RMSprop the
-// momentum buffer, the mean square and (centered) the mean gradient.
+// SGD the velocity; Adam the first and second moments; Adagrad the sum of squares;
+// RMSprop the momentum buffer, the mean square and (centered) the mean gradient; Adamax the first
+// moment and the infinity norm; Adadelta the mean square and the mean squared update.
 uint32_t slotsOf(Optimizer optimizer, bool centered);
 
 const char* toString(MessageKind kind);

@@ -39,7 +39,7 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " says the job has " +
                         std::to_string(r.workers) + " workers; this server was started for " +
                         std::to_string(workers_));
-  if (r.mode == Mode::kAsync && static_cast<uint32_t>(r.optimizer) > static_cast<uint32_t>(Optimizer::kRmsprop))
+  if (r.mode == Mode::kAsync && static_cast<uint32_t>(r.optimizer) > static_cast<uint32_t>(Optimizer::kAdadelta))
     throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " registered optimizer " +
                                std::to_string(static_cast<uint32_t>(r.optimizer)) +
                                ", which this server does not know (a worker of a newer hora?)");
@@ -103,6 +103,8 @@ std::vector<std::vector<float> ShardState::*> ShardState::slots() const {
     case Optimizer::kRmsprop:
       if (config_->centered) return {&ShardState::velocity_, &ShardState::second_moment_, &ShardState::mean_gradient_};
       return {&ShardState::velocity_, &ShardState::second_moment_};
+    case Optimizer::kAdamax: return {&ShardState::velocity_, &ShardState::second_moment_};
+    case Optimizer::kAdadelta: return {&ShardState::second_moment_, &ShardState::velocity_};
   }
   return {};
 }
@@ -176,6 +178,8 @@ ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, 
     case Optimizer::kAdam: applyAdam(g, sgd.lr); break;
     case Optimizer::kAdagrad: applyAdagrad(g, sgd.lr); break;
     case Optimizer::kRmsprop: applyRmsprop(g, sgd); break;
+    case Optimizer::kAdamax: applyAdamax(g, sgd.lr); break;
+    case Optimizer::kAdadelta: applyAdadelta(g, sgd.lr); break;
   }
   steps_[static_cast<size_t>(worker)] = step;
   const uint64_t version = ++applied_;
@@ -291,6 +295,31 @@ void ShardState::applyRmsprop(const float* g, const SgdStep& sgd) {
       velocity_[i] = m * velocity_[i] + g[i] / (std::sqrt(square) + eps);
       params_[i] -= lr * velocity_[i];
     }
+  }
+}
+
+void ShardState::applyAdamax(const float* g, float lr) {
+  // As torch.optim.Adamax: m = b1 m + (1 - b1) g; u = max(b2 u, |g| + eps); p -= lr / (1 - b1^t) m / u.
+  const double t = static_cast<double>(step_base_ + applied_ + 1);
+  const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
+  const auto eps = static_cast<float>(config_->epsilon);
+  const auto clr = static_cast<float>(lr / (1.0 - std::pow(config_->beta1, t)));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    velocity_[i] += (g[i] - velocity_[i]) * (1 - b1);
+    second_moment_[i] = std::max(b2 * second_moment_[i], std::abs(g[i]) + eps);
+    params_[i] -= clr * velocity_[i] / second_moment_[i];
+  }
+}
+
+void ShardState::applyAdadelta(const float* g, float lr) {
+  // As torch.optim.Adadelta (r = beta2, its rho): q = r q + (1 - r) g^2; d = sqrt(a + eps) /
+  // sqrt(q + eps) g; a = r a + (1 - r) d^2; p -= lr d.
+  const auto r = static_cast<float>(config_->beta2), eps = static_cast<float>(config_->epsilon);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    second_moment_[i] = r * second_moment_[i] + (1 - r) * g[i] * g[i];
+    const float delta = std::sqrt(velocity_[i] + eps) / std::sqrt(second_moment_[i] + eps) * g[i];
+    velocity_[i] = r * velocity_[i] + (1 - r) * delta * delta;
+    params_[i] -= lr * delta;
   }
 }
 

@@ -18,6 +18,9 @@
 //   RMSprop (a = beta2; q = a q + (1 - a) g^2, centered: c = a c + (1 - a) g and q - c^2 for q
 //     below; b the momentum buffer): torch b = m b + g / (sqrt(q) + eps), p -= lr b; Keras b = m b
 //     + lr g / sqrt(q + eps), p -= b.
+//   Adamax (m, u = the infinity norm): p -= lr / (1 - b1^t) m / u, u = max(b2 u, |g| + eps);
+//     Adadelta (r = beta2; q, a the mean squares of the gradient and the update): d = sqrt(a + eps)
+//     / sqrt(q + eps) g, p -= lr d. torch's form only (hora.keras does not register them).
 // Weight decay, before any of these: coupled (torch's weight_decay) g += wd p; decoupled (torch's
 // AdamW, Keras' weight_decay) p -= lr wd p.
 // With max_staleness = s the reply then waits until every live worker has had at
@@ -111,6 +114,8 @@ class ShardState {
   void applyAdam(const float* g, float lr);           // mutex_ held; the update applied_ + 1
   void applyAdagrad(const float* g, float lr);        // mutex_ held; the update applied_ + 1
   void applyRmsprop(const float* g, const SgdStep& sgd);  // mutex_ held
+  void applyAdamax(const float* g, float lr);         // mutex_ held; the update applied_ + 1
+  void applyAdadelta(const float* g, float lr);       // mutex_ held
   uint64_t slowestLive() const;             // mutex_ held
   std::string workersBehind(uint64_t step) const;  // mutex_ held: "worker 2 (step 4)"
   void checkFailed() const;                 // mutex_ held: rethrows failure_
@@ -121,8 +126,9 @@ class ShardState {
   std::condition_variable changed_;
   std::optional<Registration> config_;       // guarded by mutex_
   bool initialized_ = false;                 // async: parameters set from worker 0
-  // async: velocity_ is SGD's velocity, Adam's first moment, RMSprop's momentum buffer;
-  // second_moment_ Adam's second moment, Adagrad's sum of squares, RMSprop's mean square;
+  // async: velocity_ is SGD's velocity, Adam's and Adamax's first moment, RMSprop's momentum
+  // buffer, Adadelta's mean squared update; second_moment_ Adam's second moment, Adagrad's sum of
+  // squares, RMSprop's and Adadelta's mean square, Adamax's infinity norm;
   // mean_gradient_ centered RMSprop's mean gradient.
   std::vector<float> params_, velocity_;
   std::vector<float> second_moment_, mean_gradient_;

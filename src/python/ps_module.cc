@@ -33,8 +33,8 @@ std::vector<std::vector<float*>> slotPointers(const SlotAddresses& slots) {
   return out;
 }
 
-// `optimizer` (ps-async): {"name": "sgd" | "adam" | "adagrad" | "rmsprop", "lr", "momentum",
-// "beta1", "beta2", "epsilon", "rho", "centered", "lr_decay", "initial_accumulator_value",
+// `optimizer` (ps-async): {"name": "sgd" | "adam" | "adagrad" | "rmsprop" | "adamax" | "adadelta",
+// "lr", "momentum", "beta1", "beta2", "epsilon", "rho", "centered", "lr_decay", "initial_accumulator_value",
 // "weight_decay", "decoupled_weight_decay", "keras_form"}, each optional (PsOptions' defaults).
 hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, const py::dict& optimizer) {
   hora::PsOptions o;
@@ -54,9 +54,13 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
     o.optimizer = hora::PsOptimizer::kAdagrad;
   } else if (name == "rmsprop") {
     o.optimizer = hora::PsOptimizer::kRmsprop;
+  } else if (name == "adamax") {
+    o.optimizer = hora::PsOptimizer::kAdamax;
+  } else if (name == "adadelta") {
+    o.optimizer = hora::PsOptimizer::kAdadelta;
   } else if (name != "sgd") {
     throw hora::InvalidArgumentError("parameter server optimizer '" + name +
-                                     "': expected sgd, adam, adagrad or rmsprop");
+                                     "': expected sgd, adam, adagrad, rmsprop, adamax or adadelta");
   }
   const auto number = [&](const char* key, double fallback) {
     return optimizer.contains(key) ? optimizer[key].cast<double>() : fallback;
@@ -120,8 +124,9 @@ void bindParameterServers(py::module_& m) {
            "Connects this worker to every parameter server of the job (HORA_PS_SERVERS), or with `place` = "
            "(generation, rank, size) of an elastic job to that generation's servers, and registers "
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
-           "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop', 'lr', 'momentum', "
-           "'beta1', 'beta2', 'epsilon', 'rho', 'centered', 'lr_decay', 'initial_accumulator_value', "
+           "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop' | 'adamax' | "
+           "'adadelta', 'lr', 'momentum', 'beta1', 'beta2', 'epsilon', 'rho', 'centered', 'lr_decay', "
+           "'initial_accumulator_value', "
            "'weight_decay', 'decoupled_weight_decay', 'keras_form'}), starting from `initial_state` = (step, "
            "addresses by slot, then by tensor) when given.")
       .def(

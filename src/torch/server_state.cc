@@ -93,6 +93,10 @@ ServerSlots serverSlots(::torch::optim::Optimizer& optimizer, const std::vector<
         collect<optim::RMSpropParamState>(out, optimizer, params, 0.0, momentum_buffer, square_avg);
       }
       break;
+    case PsOptimizer::kAdamax:
+    case PsOptimizer::kAdadelta:  // libtorch has neither, so no wrapped optimizer registers them
+      throw InvalidArgumentError(std::string("libtorch has no ") +
+                                 (options.optimizer == PsOptimizer::kAdamax ? "Adamax" : "Adadelta"));
   }
   return out;
 }

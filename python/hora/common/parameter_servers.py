@@ -82,8 +82,9 @@ class ParameterServerClient:
     def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None, fp16=False,
                  initial_state=None):
         """optimizer (ps-async): what the servers apply the pushes with, a dict of "name" ("sgd",
-        "adam", "adagrad" or "rmsprop"), "lr", "momentum" (sgd, rmsprop), "beta1", "beta2" (adam),
-        "epsilon" (adam, adagrad, rmsprop), "rho", "centered" (rmsprop), "lr_decay",
+        "adam", "adagrad", "rmsprop", "adamax" or "adadelta"), "lr", "momentum" (sgd, rmsprop),
+        "beta1", "beta2" (adam, adamax), "epsilon" (all but sgd), "rho" (rmsprop, adadelta),
+        "centered" (rmsprop), "lr_decay",
         "initial_accumulator_value" (adagrad), "weight_decay" with "decoupled_weight_decay" (any:
         g + wd p, or p -= lr wd p before the update as AdamW does) and "keras_form" (Keras' form of
         the update rather than torch's). fp16 (Compression.fp16): the pushes, and ps-sync's replies,

@@ -4,9 +4,9 @@ parameter servers (docs/parameter_servers.md) instead of allreduce.
 ps-sync: step() pushes every gradient, the servers answer with the mean (op=Average) or sum
 (op=Sum) over the workers, written back into .grad, and the wrapped optimizer steps as after an
 allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD,
-Adam, AdamW, Adagrad or RMSprop (the wrapped optimizer's options, weight decay included; lr and
-momentum as they are at that step, so that a scheduler's changes reach them) and answer with
-their parameters, which are copied into the model; the wrapped optimizer's own step does not run.
+Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta (the wrapped optimizer's options, weight decay
+included; lr and momentum as they are at that step, so that a scheduler's changes reach them)
+and answer with their parameters, which are copied into the model; the wrapped optimizer's own step does not run.
 Its state lives on the servers: state_dict() pulls it from them (torch's keys: a checkpoint loads
 into a plain torch optimizer too), and the first step registers the state the optimizer holds
 then (loaded from a checkpoint, or an elastic commit) as the servers' starting point.
@@ -48,18 +48,20 @@ _SERVER_OPTIMIZERS = (
      ("lr", "lr_decay", "eps", "initial_accumulator_value", "weight_decay")),
     (torch.optim.RMSprop, "rmsprop", (("maximize", False),),
      ("lr", "alpha", "eps", "momentum", "centered", "weight_decay")),
+    (torch.optim.Adamax, "adamax", (("maximize", False),), ("lr", "betas", "eps", "weight_decay")),
+    (torch.optim.Adadelta, "adadelta", (("maximize", False),), ("lr", "rho", "eps", "weight_decay")),
 )
 
 
 def server_optimizer(optimizer):
     """What the servers apply ps-async pushes with, as ParameterServerClient takes it: the wrapped
-    torch.optim.SGD's, Adam's, AdamW's, Adagrad's or RMSprop's options now (every param group alike);
-    ValueError naming the option for anything the servers cannot run."""
+    torch.optim.SGD's, Adam's, AdamW's, Adagrad's, RMSprop's, Adamax's or Adadelta's options now
+    (every param group alike); ValueError naming the option for anything the servers cannot run."""
     groups = optimizer.param_groups
     kind = next((entry for entry in _SERVER_OPTIMIZERS if isinstance(optimizer, entry[0])), None)
     if kind is None:
-        raise ValueError(f"mode='ps-async' runs SGD, Adam, AdamW, Adagrad or RMSprop on the servers: wrap a "
-                         f"torch.optim.SGD, Adam, AdamW, Adagrad or RMSprop, not {type(optimizer).__name__}")
+        raise ValueError(f"mode='ps-async' runs SGD, Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta on the "
+                         f"servers: wrap one of those torch.optim optimizers, not {type(optimizer).__name__}")
     _, name, neutral_options, keys = kind
     for key, neutral in neutral_options:
         if any(g.get(key, neutral) != neutral for g in groups):
@@ -72,12 +74,14 @@ def server_optimizer(optimizer):
                "decoupled_weight_decay": isinstance(optimizer, torch.optim.AdamW)}
     if name == "sgd":
         options["momentum"] = float(first["momentum"])
-    elif name == "adam":
+    elif name in ("adam", "adamax"):
         beta1, beta2 = first["betas"]
         options.update(beta1=float(beta1), beta2=float(beta2), epsilon=float(first["eps"]))
     elif name == "adagrad":
         options.update(lr_decay=float(first["lr_decay"]), epsilon=float(first["eps"]),
                        initial_accumulator_value=float(first["initial_accumulator_value"]))
+    elif name == "adadelta":
+        options.update(rho=float(first["rho"]), epsilon=float(first["eps"]))
     else:  # torch's alpha is the decay of the mean square, which the servers call rho
         options.update(rho=float(first["alpha"]), epsilon=float(first["eps"]), momentum=float(first["momentum"]),
                        centered=bool(first["centered"]))
@@ -88,6 +92,7 @@ def _slot_names(options):
     """The wrapped optimizer's state keys for the slots the servers keep (ps-async, the order of
     ParameterServerClient.optimizer_slots), by server_optimizer's answer `options`."""
     return {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"), "adagrad": ("sum",),
+            "adamax": ("exp_avg", "exp_inf"), "adadelta": ("square_avg", "acc_delta"),
             "rmsprop": ("momentum_buffer", "square_avg") + (("grad_avg",) if options.get("centered") else ())
             }[options["name"]]
 

@@ -323,6 +323,40 @@ INSTANTIATE_TEST_SUITE_P(Forms, PsRmsprop,
                                   (param.param.centered ? "Centered" : "Plain");
                          });
 
+// torch.optim.Adamax (betas 0.9, 0.999 as registered; eps 0.05): m = b1 m + (1 - b1) g;
+// u = max(b2 u, |g| + eps); p -= lr / (1 - b1^t) m / u.
+TEST(PsShardState, AsyncAppliesTorchAdamax) {
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = ps::Optimizer::kAdamax;
+  r.epsilon = 0.05;
+  std::vector<double> m(3, 0.0), u(3, 0.0);
+  expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double, int t) {
+    for (size_t i = 0; i < 3; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      u[i] = std::max(0.999 * u[i], std::abs(double(g[i])) + 0.05);
+      p[i] -= lr / (1 - std::pow(0.9, t)) * m[i] / u[i];
+    }
+  });
+}
+
+// torch.optim.Adadelta (rho 0.8, eps 0.05): q = rho q + (1 - rho) g^2; d = sqrt(a + eps) /
+// sqrt(q + eps) g; a = rho a + (1 - rho) d^2; p -= lr d.
+TEST(PsShardState, AsyncAppliesTorchAdadelta) {
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = ps::Optimizer::kAdadelta;
+  r.beta2 = 0.8;
+  r.epsilon = 0.05;
+  std::vector<double> q(3, 0.0), a(3, 0.0);
+  expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double, int) {
+    for (size_t i = 0; i < 3; ++i) {
+      q[i] = 0.8 * q[i] + 0.2 * g[i] * g[i];
+      const double d = std::sqrt(a[i] + 0.05) / std::sqrt(q[i] + 0.05) * g[i];
+      a[i] = 0.8 * a[i] + 0.2 * d * d;
+      p[i] -= lr * d;
+    }
+  });
+}
+
 // A registration names an optimizer this server knows; every worker's Adagrad and RMSprop
 // options must agree, the field named.
 TEST(PsShardState, AsyncRegistrationsOfTheNewOptimizersMustAgree) {
@@ -404,7 +438,9 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, PsOptimizerState,
                                            StateCase{"Adam", ps::Optimizer::kAdam, false, 2},
                                            StateCase{"Adagrad", ps::Optimizer::kAdagrad, false, 1},
                                            StateCase{"Rmsprop", ps::Optimizer::kRmsprop, false, 2},
-                                           StateCase{"RmspropCentered", ps::Optimizer::kRmsprop, true, 3}),
+                                           StateCase{"RmspropCentered", ps::Optimizer::kRmsprop, true, 3},
+                                           StateCase{"Adamax", ps::Optimizer::kAdamax, false, 2},
+                                           StateCase{"Adadelta", ps::Optimizer::kAdadelta, false, 2}),
                          [](const ::testing::TestParamInfo<StateCase>& param) { return param.param.name; });
 
 TEST(PsShardState, OptimizerStateIsRefusedWhereThereIsNone) {
