@@ -126,9 +126,8 @@ void bindParameterServers(py::module_& m) {
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
            "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop' | 'adamax' | "
            "'adadelta', 'lr', 'momentum', 'beta1', 'beta2', 'epsilon', 'rho', 'centered', 'lr_decay', "
-           "'initial_accumulator_value', "
-           "'weight_decay', 'decoupled_weight_decay', 'keras_form'}), starting from `initial_state` = (step, "
-           "addresses by slot, then by tensor) when given.")
+           "'initial_accumulator_value', 'weight_decay', 'decoupled_weight_decay', 'keras_form'}), starting from "
+           "`initial_state` = (step, addresses by slot, then by tensor) when given.")
       .def(
           "step",
           [](hora::ParameterServerClient& c, const std::vector<uintptr_t>& gradients,

@@ -92,6 +92,39 @@ def test_a_killed_parameter_server_re_forms_fit_with_a_new_one(generation):
     assert "done rank=1 size=2 epochs=3 identical=True" in output, output
 
 
+@pytest.mark.parametrize("generation", sorted(PYTHONS))
+def test_ps_async_a_killed_server_re_forms_fit_and_the_new_server_keeps_the_optimizer_state(generation):
+    """Adam on the server: each commit pulls the server's state into the optimizer's slots (which
+    ps-async never updates otherwise), and the new server starts from the restored commit's, so its
+    step count at the end holds the pushes before that commit (at least rank 0's own) plus every
+    push of generation 1. A server that started from zero would count generation 1's alone."""
+    job = KerasJob(["-np", "2", "--min-np", "2", "--servers", "1", "-H", "127.0.0.1:1,127.0.0.2:1"],
+                   python_of(generation), ["--epochs", "3", "--steps", "20", "--mode", "ps-async",
+                                           "--optimizer", "adam"])
+    try:
+        assert job.wait_for(lambda l: (m := STEP.match(l)) and m.group(7) == "1" and int(m.group(8)) >= 5,
+                            timeout=120), "".join(job.lines)
+        pid = server_pid(job.proc.pid, 0, 0)
+        assert pid, "parameter server 0 of generation 0 is not a child of horarun"
+        os.kill(pid, signal.SIGKILL)
+        code, output = job.finish()
+    finally:
+        if job.proc.poll() is None:
+            os.killpg(job.proc.pid, signal.SIGKILL)
+    assert code == 0, output
+    resets = {line[:3]: line for line in job.lines if RESET.search(line)}
+    assert sorted(resets) == ["[0]", "[1]"], output
+    for line in resets.values():
+        assert float(re.search(r"slots=(\S+)", line)[1]) > 0, line  # the commit held the pulled moments
+    _, epoch, batch = map(int, RESET.search(resets["[0]"]).groups())
+    committed = epoch * 20 + batch  # rank 0's pushes before the commit it restored
+    redone = sum(1 for m in job.steps() if m.group(3) == "1")  # both workers' pushes in generation 1
+    done = re.search(r"done rank=0 size=2 epochs=3 identical=\w+ server_step=(\d+)", output)
+    assert done, output
+    carried = int(done[1]) - redone
+    assert committed <= carried <= 2 * committed + 4, (int(done[1]), redone, committed, output[-3000:])
+
+
 def test_a_discovered_host_joins_fit_with_the_state_of_the_job(tmp_path):
     hosts = tmp_path / "hosts"
     hosts.write_text("127.0.0.1:1\n")

@@ -222,3 +222,100 @@ def test_keras_ps_async_warns_of_momentum_with_many_workers(monkeypatch, kind, w
         assert "why 8 workers collapsed" in messages[0], messages[0]
     else:
         assert not messages, messages
+
+
+# A Dense layer trained by model.fit on 10 fixed batches: 6 in a first job, which checkpoints
+# (tf.train.Checkpoint, or Keras' own .weights.h5 where its optimizers have save_own_variables),
+# and 4 in a second job that restores the checkpoint (or, "fresh", the model alone) before its
+# first step; and without hora, 6 and 10 batches of the plain Keras optimizer as the reference.
+CHECKPOINT = textwrap.dedent("""
+    import json, sys, numpy as np, tensorflow as tf
+    import hora.tensorflow.keras as hvd
+    out, phase, kind, form = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
+    tf.config.threading.set_intra_op_parallelism_threads(1)
+    optimizers = tf.keras.optimizers.legacy if "legacy" in kind else tf.keras.optimizers
+    make = {"sgd": lambda: optimizers.SGD(0.05, momentum=0.9),
+            "adam": lambda: optimizers.Adam(0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
+            "rmsprop": lambda: optimizers.RMSprop(0.01, rho=0.9, momentum=0.5, epsilon=1e-3, centered=True)
+            }[kind.split()[-1]]
+    init = np.random.default_rng(0)
+    w, b = init.standard_normal((40, 30)).astype(np.float32), init.standard_normal(30).astype(np.float32)
+    data = np.random.default_rng(7)
+    x, y = data.standard_normal((80, 40)).astype(np.float32), data.standard_normal((80, 30)).astype(np.float32)
+
+    def model_with(optimizer):
+        model = tf.keras.Sequential([tf.keras.Input((40,)), tf.keras.layers.Dense(30)])
+        model.layers[0].set_weights([w, b])
+        model.compile(optimizer=optimizer, loss="mse")
+        return model
+
+    def slots(optimizer):  # the optimizer's variables but the step count and learning rate, as lists
+        variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
+        arrays = [np.asarray(v.numpy()) for v in variables]
+        return sorted(a.ravel().tolist() for a in arrays if a.dtype == np.float32 and a.ndim)
+
+    def weights(model):
+        return [a.ravel().tolist() for a in model.get_weights()]
+
+    if phase == "reference":
+        six, ten = model_with(make()), model_with(make())
+        six.fit(x[:48], y[:48], batch_size=8, shuffle=False, verbose=0)
+        ten.fit(x, y, batch_size=8, shuffle=False, verbose=0)
+        json.dump({"slots": slots(six.optimizer), "weights": weights(ten)}, open(f"{out}/reference.json", "w"))
+        sys.exit()
+    hvd.init()
+    opt = hvd.DistributedOptimizer(make(), mode="ps-async")
+    model = model_with(opt)
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=opt)
+    path = f"{out}/saved.weights.h5" if form == "keras" else f"{out}/ckpt"
+    if phase == "first":
+        model.fit(x[:48], y[:48], batch_size=8, shuffle=False, verbose=0)
+        if form == "keras":
+            model.save_weights(path)
+        else:
+            checkpoint.write(path)
+        json.dump({"slots": slots(opt), "weights": [a.tolist() for a in model.get_weights()]},
+                  open(f"{out}/first.json", "w"))
+        sys.exit()
+    if phase == "resumed":  # the optimizer's slots must exist for its state to load into them
+        if hasattr(opt, "_create_all_weights"):
+            opt._create_all_weights(model.trainable_variables)
+        else:
+            opt.build(model.trainable_variables)
+        if form == "keras":
+            model.load_weights(path)
+        else:
+            checkpoint.read(path).assert_existing_objects_matched()
+    else:  # fresh: the weights alone (a Keras model's checkpoint holds its optimizer)
+        model.set_weights([np.array(a, np.float32) for a in json.load(open(f"{out}/first.json"))["weights"]])
+    model.fit(x[48:], y[48:], batch_size=8, shuffle=False, verbose=0)
+    json.dump({"weights": weights(model), "iterations": int(opt.iterations.numpy())}, open(f"{out}/{phase}.json", "w"))
+""")
+
+
+@pytest.mark.parametrize("kind,form", [("adam", "tf"), ("rmsprop", "tf"), ("sgd", "keras"), ("legacy adam", "tf")])
+@pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
+def test_keras_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, python, kind, form):
+    """One worker (the servers apply its pushes in order), two servers: the checkpoint's slots
+    equal the plain Keras optimizer's after the same 6 batches (pulled from the servers when it
+    was saved), and a job that restores it goes on as if never stopped, where one that restores
+    the weights alone does not."""
+    if "legacy" in kind and python != sys.executable:
+        pytest.skip("Keras 3 has no legacy optimizers")
+    script = tmp_path / "checkpoint.py"
+    script.write_text(CHECKPOINT)
+    subprocess.run([python, str(script), str(tmp_path), "reference", kind, form], check=True, timeout=300)
+    for phase in ("first", "resumed", "fresh"):
+        out = keras_job(python, 1, 2, script, tmp_path, phase, kind, form)
+        assert out.returncode == 0, phase + "\n" + out.stdout + out.stderr
+    reference = json.loads((tmp_path / "reference.json").read_text())
+    first = json.loads((tmp_path / "first.json").read_text())
+    assert len(first["slots"]) == len(reference["slots"]) > 0
+    for got, want in zip(first["slots"], reference["slots"]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+    resumed = json.loads((tmp_path / "resumed.json").read_text())
+    assert resumed["iterations"] == 10
+    for got, want in zip(resumed["weights"], reference["weights"]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    fresh = json.loads((tmp_path / "fresh.json").read_text())
+    assert max(np.abs(np.subtract(g, w)).max() for g, w in zip(fresh["weights"], reference["weights"])) > 1e-3

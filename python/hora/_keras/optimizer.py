@@ -25,6 +25,7 @@ import tensorflow as tf
 import hora.tensorflow as hvd
 from hora.common.parameter_servers import ALLREDUCE, PS_ASYNC, PS_SYNC, check_mode
 from hora.tensorflow.gradient_aggregation import LocalAggregator
+from hora.tensorflow.util import _executing_eagerly
 from hora._keras import ps as _ps
 from hora._keras.gradients import GradientReducer
 from hora._keras.keras_version import keras_generation
@@ -83,6 +84,22 @@ class _DistributedBase:
     def parameter_server_step(self):
         """In a parameter server mode, the last step's PsStep (step, slowest, version), else None."""
         return None if self._hora_ps is None else self._hora_ps.last_step
+
+    def pull_server_state(self):
+        """ps-async: writes the servers' optimizer state (momentum, Adam's moments, ...) into this
+        optimizer's own slots, so that a checkpoint holds it; a round trip to every server. Saving
+        the optimizer (model.save, save_weights, ModelCheckpoint, tf.train.Checkpoint) and an
+        elastic commit call it. Call it eagerly, between steps. Returns the servers' step count
+        (the pushes they applied, every worker's), or None where nothing was pulled: before the
+        first step (the servers start from this optimizer's state then) and in other modes."""
+        if self._hora_ps is not None and _executing_eagerly():
+            return self._hora_ps.pull_state()
+        return None
+
+    def _trackable_children(self, *args, **kwargs):
+        # tf.train.Checkpoint and TensorFlow-format save_weights list the optimizer's variables here.
+        self.pull_server_state()
+        return super()._trackable_children(*args, **kwargs)
 
     def register_local_var(self, var):
         """Registers a variable as worker-local: its gradient is not reduced across ranks (and,
@@ -163,6 +180,15 @@ class _Keras3Hooks(_DistributedBase):
                                     lambda: self.iterations.assign_add(1))
 
 
+class _PullsBeforeSaving:
+    """For optimizers Keras' .keras and .weights.h5 saving (2.12+ and 3) asks for their variables
+    (Keras 2's legacy ones have no save_own_variables, which this must not add)."""
+
+    def save_own_variables(self, store):
+        self.pull_server_state()
+        super().save_own_variables(store)
+
+
 def _hooks_for(optimizer_class):
     return _Keras3Hooks if keras_generation(optimizer_class) >= 3 else _Keras2Hooks
 
@@ -172,7 +198,8 @@ def create(optimizer, **settings):
     if hasattr(optimizer, "_hora_settings"):
         raise ValueError("this optimizer is already a hora DistributedOptimizer")
     base = type(optimizer)
-    cls = type(base.__name__, (_hooks_for(base), base),
+    saving = (_PullsBeforeSaving,) if hasattr(base, "save_own_variables") else ()
+    cls = type(base.__name__, (_hooks_for(base),) + saving + (base,),
                {"__module__": base.__module__, "__qualname__": base.__qualname__, "__doc__": base.__doc__,
                 "_hora_settings": _Settings(**settings)})
     config = optimizer.get_config()

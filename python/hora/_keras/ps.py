@@ -7,7 +7,10 @@ ps-async: the gradients are pushed, the servers apply them with their own SGD, A
 Adagrad or RMSprop (the wrapped optimizer's options, weight decay included; the learning rate and
 momentum of that step: a schedule's value, or what a callback such as LearningRateWarmupCallback
 set) and answer with their parameters, which are assigned to the model's variables; the wrapped
-optimizer's own update does not run.
+optimizer's own update does not run. Its slots (momentum, Adam's moments, ...) hold the servers'
+state instead: they register it at the first step (a checkpoint loaded, or an elastic commit
+restored, is the servers' starting point) and pull_server_state() writes the servers' state into
+them (saving the optimizer does that first).
 
 The exchange is a tf.numpy_function, so it runs eagerly and inside the train step Keras traces;
 the client connects at the first step, when the variables are known."""
@@ -16,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 import hora.tensorflow as hvd
+from hora.tensorflow.util import build_optimizer_slots
 from hora.common.exceptions import HoraInternalError
 from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, elastic_place,
                                           warn_of_async_momentum)
@@ -99,6 +103,37 @@ def sgd_now(optimizer):
     return tf.cast(lr, tf.float32), tf.constant(float(optimizer.momentum) if moves else 0.0, tf.float32)
 
 
+# The servers' slots (ParameterServerClient.optimizer_slots' order) in the wrapped Keras optimizer:
+# the list attribute of the 2.11+ and Keras 3 optimizers, and the slot name of Keras 2's legacy ones.
+_KERAS_SLOTS = {"sgd": (("momentums", "momentum"),),
+                "adam": (("_momentums", "m"), ("_velocities", "v")),
+                "adagrad": (("_accumulators", "accumulator"),),
+                "rmsprop": (("_momentums", "momentum"), ("_velocities", "rms"), ("_average_gradients", "mg"))}
+
+
+def slot_variables(optimizer, options, variables):
+    """ps-async: the wrapped optimizer's variables that mirror the servers' slots, by slot, then
+    by variable of `variables`; None where the optimizer keeps no such slot (SGD or RMSprop
+    without momentum, RMSprop not centered), whose servers' slot is not the user's to keep. The
+    optimizer's slots are made first if it has none yet."""
+    with tf.init_scope():  # Keras makes slots eagerly, even from inside a traced train step
+        build_optimizer_slots(optimizer, variables)
+    names = _KERAS_SLOTS[options["name"]]
+    if options["name"] == "rmsprop" and not options.get("centered"):
+        names = names[:2]
+    if _is_legacy(optimizer):
+        def slot(v, name):
+            return optimizer.get_slot(v, name) if name in optimizer.get_slot_names() else None
+
+        return [[slot(v, name) for v in variables] for _, name in names]
+    if hasattr(optimizer, "_get_variable_index"):  # Keras 3
+        index = [optimizer._get_variable_index(v) for v in variables]
+    else:  # Keras 2's 2.11+ optimizers
+        index = [optimizer._index_dict[optimizer._var_key(v)] for v in variables]
+    slots = [getattr(optimizer, attribute) for attribute, _ in names]
+    return [[kept[i] if i < len(kept) else None for i in index] for kept in slots]
+
+
 def dense_float32(grad, variable):
     """A gradient as the servers take it: dense float32 (zeros where Keras gave none)."""
     dtype = tf.as_dtype(variable.dtype)  # Keras 3 names it as a string
@@ -123,28 +158,43 @@ class KerasParameterServers:
             warn_of_async_momentum(self.server_optimizer.get("momentum", 0.0))
         self.client = None
         self.last_step = None  # the last step's PsStep (this worker's step, the slowest, version)
+        self.slots = []  # ps-async: slot_variables(), by slot, then by variable
+        self.server_step = None  # ps-async: the servers' step count, as last pulled
 
-    def _connect(self, shapes, initial):
-        elements = [int(np.prod(s)) for s in shapes]
-        self.client = ParameterServerClient(elements, self.mode, average=self.average,
+    def _connect(self, grads, values, slots, iterations):
+        """values, slots (ps-async): the variables' values and the slots' (empty where the optimizer
+        keeps none), which worker 0 registers as the servers' starting point."""
+        self.elements = [g.size for g in grads]
+        initial, initial_state = [], None
+        if self.mode == PS_ASYNC:
+            # registration overwrites these with the servers' parameters
+            initial = [np.array(a, dtype=np.float32) for a in values]
+            slots = [[np.ascontiguousarray(a, dtype=np.float32) if a.size else np.zeros(n, np.float32)
+                      for a, n in zip(slot, self.elements)] for slot in slots]
+            # Keras keeps one step count, the worker's iterations (which schedules read); the servers
+            # count every worker's pushes. Unless pulled, it is what workers that kept step made.
+            step = self.server_step if self.server_step is not None else int(iterations) * hvd.size()
+            initial_state = (step, [[a.ctypes.data for a in slot] for slot in slots])
+        self.client = ParameterServerClient(self.elements, self.mode, average=self.average,
                                             max_staleness=self.max_staleness,
                                             initial=[a.ctypes.data for a in initial], optimizer=self.server_optimizer,
-                                            fp16=self.fp16)
+                                            fp16=self.fp16, initial_state=initial_state)
 
     def _exchange(self, *arrays):
-        # numpy_function: the gradients, then (async) the variables' values, the learning rate and
-        # the momentum; answers as many arrays as there are gradients.
+        # numpy_function: the gradients, then (async) the variables' values, the slots' (by slot,
+        # then by variable), the learning rate, the momentum and the iterations; answers as many
+        # arrays as there are gradients.
+        n = len(arrays)
         if self.mode == PS_ASYNC:
-            *arrays, lr, momentum = arrays
-        n = len(arrays) // 2 if self.mode == PS_ASYNC else len(arrays)
+            *arrays, lr, momentum, iterations = arrays
+            n = len(arrays) // (2 + len(self.slots))
         grads = [np.ascontiguousarray(a, dtype=np.float32) for a in arrays[:n]]
         if self.client is not None and self.client.stale():
             self.client.close()  # an elastic job re-formed: the new generation has servers of its own
             self.client = None
         if self.client is None:
-            # ps-async: the servers start from worker 0's values (registration overwrites these).
-            initial = [np.array(a, dtype=np.float32) for a in arrays[n:]] if self.mode == PS_ASYNC else []
-            self._connect([g.shape for g in grads], initial)
+            slots = [arrays[2 * n + k * n:2 * n + (k + 1) * n] for k in range(len(self.slots))]
+            self._connect(grads, arrays[n:2 * n], slots, iterations if self.mode == PS_ASYNC else 0)
         outputs = [np.empty_like(g) for g in grads]
         if self.mode == PS_ASYNC:
             warn_of_async_momentum(momentum)  # a callback may have raised it
@@ -176,10 +226,28 @@ class KerasParameterServers:
     def apply(self, grads, variables):
         """ps-async: pushes `grads` and assigns the servers' parameters to `variables`."""
         variables = list(variables)
+        self.slots = slot_variables(self.optimizer, self.server_optimizer, variables)
         dense = [dense_float32(g, v) for g, v in zip(grads, variables)]
-        params = self._call(dense + [tf.convert_to_tensor(v) for v in variables] + list(sgd_now(self.optimizer)),
-                            variables)
+        # Reading a variable shares its buffer: the slots cost nothing until a connection reads them.
+        values = [tf.convert_to_tensor(v) for v in variables]
+        slots = [tf.zeros([0]) if s is None else tf.convert_to_tensor(s) for slot in self.slots for s in slot]
+        iterations = tf.convert_to_tensor(self.optimizer.iterations)
+        params = self._call(dense + values + slots + list(sgd_now(self.optimizer)) + [iterations], variables)
         return tf.group(*[v.assign(p) for v, p in zip(variables, params)])
+
+    def pull_state(self):
+        """ps-async, eagerly between steps: writes the servers' optimizer state into the optimizer's
+        slots and returns their step count (kept as server_step). None before the first step (the
+        servers start from the optimizer's own state then) or in ps-sync."""
+        if self.client is None or self.mode != PS_ASYNC:
+            return None
+        buffers = [[np.empty(n, np.float32) for n in self.elements] for _ in self.slots]
+        self.server_step = self.client.pull_optimizer_state([[b.ctypes.data for b in slot] for slot in buffers])
+        for variables, values in zip(self.slots, buffers):
+            for variable, value in zip(variables, values):
+                if variable is not None:
+                    variable.assign(value.reshape(variable.shape))
+        return self.server_step
 
     def close(self):
         if self.client is not None:

@@ -116,7 +116,8 @@ class ParameterServerClient:
         """How many slots (buffers the size of the parameters) the servers' optimizer keeps, in
         the order pull_optimizer_state() fills them: SGD the velocity; Adam the first and second
         moments; Adagrad the sum of squared gradients; RMSprop the momentum buffer, the mean
-        square and, centered, the mean gradient. 0 in ps-sync."""
+        square and, centered, the mean gradient; Adamax the first moment and the infinity norm;
+        Adadelta the mean squares of the gradient and of the update. 0 in ps-sync."""
         return self._client.optimizer_slots
 
     def pull_optimizer_state(self, slots):

@@ -14,7 +14,7 @@ from hora.common import elastic as _elastic
 from hora.common.exceptions import HoraInternalError, WorkerRemovedError
 from hora.tensorflow.functions import broadcast_object, broadcast_variables
 from hora.tensorflow.mpi_ops import init, rank
-from hora.tensorflow.util import _executing_eagerly
+from hora.tensorflow.util import _executing_eagerly, build_optimizer_slots
 
 
 def _hora_errors(func):
@@ -42,18 +42,6 @@ def run(func):
 def _optimizer_variables(optimizer):
     variables = optimizer.variables  # a method in Keras 2, a property in Keras 3
     return list(variables() if callable(variables) else variables)
-
-
-def _build_optimizer(optimizer, variables):
-    """Creates the optimizer's slots (momentum, ...) if it has not applied a step yet. Keras makes
-    them at the first apply, so a worker that joins a running job has none while the others
-    have theirs, and the broadcast of the optimizer's variables would not match across ranks."""
-    if getattr(optimizer, "built", False) or getattr(optimizer, "_built", False):
-        return
-    if hasattr(optimizer, "_create_all_weights"):  # Keras 2's legacy optimizers (OptimizerV2)
-        optimizer._create_all_weights(variables)
-    elif hasattr(optimizer, "build"):  # Keras 2.11+'s and Keras 3's optimizers
-        optimizer.build(variables)
 
 
 class ObjectState(_elastic.ObjectState):
@@ -92,7 +80,7 @@ class TensorFlowKerasState(_elastic.ObjectState):
         super().restore()
 
     def sync(self):
-        _build_optimizer(self.optimizer, self.model.trainable_variables)
+        build_optimizer_slots(self.optimizer, self.model.trainable_variables)
         model_vars, optimizer_vars = self._variables()
         broadcast_variables(model_vars, root_rank=0)
         if optimizer_vars:
@@ -101,6 +89,9 @@ class TensorFlowKerasState(_elastic.ObjectState):
         super().sync()
 
     def _save_model(self):
+        pull = getattr(self.optimizer, "pull_server_state", None)
+        if pull is not None:  # ps-async: the optimizer's state is the servers'
+            pull()
         self._saved = [[tf.identity(v) for v in variables] for variables in self._variables()]
 
 

@@ -52,3 +52,17 @@ def refs_to_vars(refs):
     if isinstance(refs, tuple):
         return [refs_to_vars(r) for r in refs]
     return refs.deref()
+
+
+def build_optimizer_slots(optimizer, variables):
+    """Creates the optimizer's slots (momentum, ...) if it has not applied a step yet. Keras makes
+    them at the first apply, so a worker that joins a running job has none while the others
+    have theirs (the broadcast of the optimizer's variables would not match across ranks), and
+    in ps-async, where the wrapped optimizer never applies, they would not exist to hold the
+    servers' state."""
+    if getattr(optimizer, "built", False) or getattr(optimizer, "_built", False):
+        return
+    if hasattr(optimizer, "_create_all_weights"):  # Keras 2's legacy optimizers (OptimizerV2)
+        optimizer._create_all_weights(variables)
+    elif hasattr(optimizer, "build"):  # Keras 2.11+'s and Keras 3's optimizers
+        optimizer.build(variables)

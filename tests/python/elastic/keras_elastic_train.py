@@ -1,11 +1,14 @@
 """An elastic Keras job for the tests (tests/python/test_keras_elastic_job.py), written as
 Horovod's elastic Keras example is: hvd.elastic.KerasState, model.fit inside @hvd.elastic.run,
-and the commit / batch / epoch callbacks; with --mode ps-sync, through horarun's --servers.
+and the commit / batch / epoch callbacks; with --mode ps-sync or ps-async, through horarun's
+--servers.
 
 Each batch prints "step <time> gen=<generation> rank=<rank> size=<size> pid=<pid> epoch=<epoch>
-batch=<batch>"; after a reset, "reset: size <size> epoch=<epoch> batch=<batch>" with the state
-as restored; at the end "done rank=<rank> size=<size> epochs=<epochs> identical=<bool>", where
-identical says that every rank holds the same weights bit for bit.
+batch=<batch>"; after a reset, "reset: size <size> epoch=<epoch> batch=<batch> slots=<sum>" with
+the state as restored (slots: the sum of the magnitudes of the optimizer's slots); at the end
+"done rank=<rank> size=<size> epochs=<epochs> identical=<bool> server_step=<step>", where
+identical says that every rank holds the same weights bit for bit and server_step is the step
+count the servers' optimizer reached (ps-async; None otherwise).
 """
 
 import argparse
@@ -27,6 +30,7 @@ p.add_argument("--hold-until-size", type=int, default=0,
                help="at the end of an epoch, keep committing (up to 120 s) while the job is smaller: "
                     "time for a worker that was added to start and join")
 p.add_argument("--mode", default="allreduce", help="DistributedOptimizer's mode (ps-sync: horarun --servers)")
+p.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"])
 args = p.parse_args()
 
 hvd.init()
@@ -39,12 +43,20 @@ dataset = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
 
 tf.keras.utils.set_random_seed(hvd.rank())  # different initial weights: the state's sync must fix them
 model = tf.keras.Sequential([tf.keras.layers.Input((4,)), tf.keras.layers.Dense(1)])
-model.compile(optimizer=hvd.DistributedOptimizer(tf.keras.optimizers.SGD(learning_rate=0.02, momentum=0.9),
-                                                mode=args.mode),
-              loss="mse")
+inner = tf.keras.optimizers.SGD(learning_rate=0.02, momentum=0.9) if args.optimizer == "sgd" else \
+    tf.keras.optimizers.Adam(learning_rate=0.02)
+model.compile(optimizer=hvd.DistributedOptimizer(inner, mode=args.mode), loss="mse")
 state = hvd.elastic.KerasState(model, batch=0, epoch=0)
-state.register_reset_callbacks([lambda: print(f"reset: size {hvd.size()} epoch={state.epoch} batch={state.batch}",
-                                              flush=True)])
+
+
+def slots():
+    variables = model.optimizer.variables() if callable(model.optimizer.variables) else model.optimizer.variables
+    arrays = [np.asarray(v.numpy()) for v in variables]
+    return sum(float(np.abs(a).sum()) for a in arrays if a.dtype == np.float32 and a.ndim)
+
+
+state.register_reset_callbacks([lambda: print(f"reset: size {hvd.size()} epoch={state.epoch} batch={state.batch} "
+                                              f"slots={slots():.6g}", flush=True)])
 
 
 class PrintStep(tf.keras.callbacks.Callback):
@@ -73,4 +85,5 @@ train(state)
 flat = tf.concat([tf.reshape(w, [-1]) for w in model.get_weights()], 0)
 same = bool(tf.reduce_all(htf.allreduce(flat, op=htf.Min, name="elastic.min") ==
                           htf.allreduce(flat, op=htf.Max, name="elastic.max")))
-print(f"done rank={hvd.rank()} size={hvd.size()} epochs={state.epoch} identical={same}", flush=True)
+print(f"done rank={hvd.rank()} size={hvd.size()} epochs={state.epoch} identical={same} "
+      f"server_step={model.optimizer.pull_server_state()}", flush=True)
