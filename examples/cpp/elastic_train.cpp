@@ -2,6 +2,7 @@
 // libtorch with hora::torch that keeps training when workers die or hosts come and go.
 //
 //     horarun -np 3 --min-np 2 -H a:2,b:1 build/release/examples/cpp/elastic_train
+//     horarun -np 3 --min-np 2 --servers 1 -H a:2,b:1 build/release/examples/cpp/elastic_train --mode ps-sync
 //
 // The elastic loop, as hvd.elastic.run does it in Python: hora::torch::init() joins the next
 // generation; the workers take rank 0's committed state and train, committing every few steps.
@@ -9,6 +10,10 @@
 // ring (shutdown) and joins again; when horarun announces a host change at a commit, every rank
 // leaves at that same step and joins again without restoring. A worker that horarun removes gets
 // WorkerRemovedError from init() and exits with 0.
+//
+// With --mode ps-sync or ps-async the gradients go through the job's parameter servers, which
+// horarun starts afresh for each generation; a dead server fails the step as a dead worker does,
+// and the optimizer made again after init() connects to the new generation's servers.
 //
 // The batch of step s is drawn from a generator seeded with s and split among the ranks, so the
 // redone steps after a reset see the same data and the loss falls the same way at any size.
@@ -18,6 +23,8 @@
 #include <CLI/CLI.hpp>
 #include <chrono>
 #include <cstdio>
+#include <map>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -76,9 +83,14 @@ int main(int argc, char** argv) {
   CLI::App app("Elastic training of a linear model with hora::torch");
   int64_t steps = 300, commit_every = 5;
   double step_sleep = 0.02;
+  std::string mode = "allreduce";
+  const std::map<std::string, hvd::Exchange> modes = {
+      {"allreduce", hvd::Exchange::kAllreduce}, {"ps-sync", hvd::Exchange::kPsSync}, {"ps-async", hvd::Exchange::kPsAsync}};
   app.add_option("--steps", steps, "steps to train");
   app.add_option("--commit-every", commit_every, "steps between commits");
   app.add_option("--step-sleep", step_sleep, "seconds to sleep after each step (to leave time for a kill)");
+  app.add_option("--mode", mode, "how gradients travel (ps-sync, ps-async: horarun --servers)")
+      ->check(CLI::IsMember(modes));
   CLI11_PARSE(app, argc, argv);
 
   torch::manual_seed(0);
@@ -96,7 +108,9 @@ int main(int argc, char** argv) {
     }
     try {
       auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05));
-      hvd::DistributedOptimizer optimizer(sgd, model->named_parameters());
+      hvd::DistributedOptimizerOptions options;
+      options.mode = modes.at(mode);
+      hvd::DistributedOptimizer optimizer(sgd, model->named_parameters(), options);
       // Sync: everyone takes rank 0's committed state (a newcomer has none).
       hvd::broadcast_parameters(model->named_parameters(), 0);
       step = fromRankZero(step, "elastic.step");
@@ -122,7 +136,8 @@ int main(int argc, char** argv) {
         }
         std::this_thread::sleep_for(std::chrono::duration<double>(step_sleep));
       }
-      // Every rank must end with the same parameters: their minimum and maximum agree.
+      // Every rank must end with the same parameters: their minimum and maximum agree. In
+      // ps-async each holds the servers' answer to its own last push, so they may differ.
       std::vector<at::Tensor> flat;
       for (const auto& p : model->parameters()) flat.push_back(p.detach().flatten());
       const auto all = torch::cat(flat);
@@ -132,7 +147,7 @@ int main(int argc, char** argv) {
       std::printf("done rank=%d size=%d loss=%.5f identical=%s\n", hvd::rank(), hvd::size(),
                   torch::mse_loss(model->forward(x), y).item<double>(), identical ? "yes" : "no");
       hvd::shutdown();
-      return identical ? 0 : 1;
+      return identical || mode == "ps-async" ? 0 : 1;
     } catch (const HostsChanged&) {
       std::printf("hosts changed at step %lld: re-forming\n", static_cast<long long>(step));
     } catch (const hora::WorkerRemovedError&) {

@@ -445,7 +445,7 @@ void checkArguments(const PsJob& job, const PsOptions& options, size_t tensors, 
   if (job.rendezvous.prefix.empty() && common::Env::fromProcess().getBool("HORA_ELASTIC"))
     throw InvalidArgumentError("in an elastic job the parameter servers serve one generation each: connect with "
                                "PsJob::inGeneration(generation, rank, size) of the current generation "
-                               "(hora.torch's and hora.keras' optimizers do)");
+                               "(the optimizers of hora.torch, hora.keras and hora::torch do)");
   if (options.mode == PsMode::kAsync && initial != tensors)
     throw InvalidArgumentError("ps-async needs the initial parameters of every tensor (" + std::to_string(tensors) +
                                "), got " + std::to_string(initial));

@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "hora/elastic.h"
 #include "hora/torch.h"
 #include "server_state.h"
 
@@ -413,8 +414,14 @@ void DistributedOptimizer::connectToServers(const PsOptions& options) {
   std::optional<PsOptimizerState> state;  // kPsAsync: the optimizer's, loaded from a checkpoint
   if (options.mode == PsMode::kAsync && detail::hasState(*optimizer_, tensors()))
     state = detail::serverSlots(*optimizer_, tensors(), options).pointers();
-  servers_ = std::make_unique<ParameterServerClient>(PsJob::fromEnvironment(), elements, options, initial,
-                                                     state ? &*state : nullptr);
+  // An elastic job's servers serve one generation: this one's, where this worker has its rank of
+  // this generation's size (a re-formed job makes its DistributedOptimizer again after init()).
+  PsJob job = PsJob::fromEnvironment();
+  if (elastic::enabled()) {
+    const Identity& me = engine().identity();
+    job = job.inGeneration(me.generation, me.rank, me.size);
+  }
+  servers_ = std::make_unique<ParameterServerClient>(job, elements, options, initial, state ? &*state : nullptr);
 }
 
 std::vector<at::Tensor> DistributedOptimizer::tensors() const {

@@ -15,6 +15,7 @@ import threading
 import time
 
 import numpy
+import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "elastic"))
 from ps_elastic_train import COMMIT_EVERY, reference_weights  # noqa: E402
@@ -29,11 +30,12 @@ JOB_DEADLINE_S = 55
 class Job:
     """A horarun job whose output (stdout and stderr together) a thread collects as it comes."""
 
-    def __init__(self, horarun_args, tmp_path, steps, extra=()):
+    def __init__(self, horarun_args, tmp_path, steps, extra=(), program=None):
+        """Runs ps_elastic_train.py, or `program` (a command line) instead."""
         self.out = tmp_path
-        self.proc = subprocess.Popen([HORARUN, *horarun_args, sys.executable, TRAIN, "--out", str(tmp_path),
-                                      "--steps", str(steps), *extra], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True, start_new_session=True)
+        program = program or [sys.executable, TRAIN, "--out", str(tmp_path), "--steps", str(steps), *extra]
+        self.proc = subprocess.Popen([HORARUN, *horarun_args, *program], stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, start_new_session=True)
         self.deadline = time.monotonic() + JOB_DEADLINE_S
         self.lines = []
         self._reader = threading.Thread(target=lambda: self.lines.extend(iter(self.proc.stdout.readline, "")),
@@ -177,3 +179,36 @@ def test_ps_async_a_killed_server_re_forms_the_job_and_the_new_servers_keep_the_
         assert [s for s, _ in run["log"]] == list(range(30)), run["log"]
         carried = run["optimizer_step"] - 3 * (30 - committed)
         assert committed <= carried <= 3 * (committed + COMMIT_EVERY), (run["optimizer_step"], committed, output[-3000:])
+
+
+def cpp_elastic_train():
+    """The C++ elastic example (examples/cpp/elastic_train.cpp), built under HORA_BUILD_DIR."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    path = os.path.join(root, os.environ.get("HORA_BUILD_DIR", "build/release"), "examples", "cpp", "elastic_train")
+    if not os.path.exists(path):
+        pytest.skip(f"{path} is not built (hora::torch needs libtorch)")
+    return path
+
+
+CPP_STEP = re.compile(r"<stdout>:step (\d+) gen=(\d+) rank=(\d+) size=(\d+) pid=(\d+)")
+
+
+def test_cpp_frontend_a_killed_server_re_forms_the_job_and_its_optimizer_connects_to_the_new_servers(tmp_path):
+    """hora::torch's DistributedOptimizer in ps-sync in an elastic job: the server of generation 0
+    is SIGKILLed; every worker's step fails, restores its last commit, joins generation 1 and makes
+    its optimizer again, which connects to generation 1's server (not to the dead one, nor waits
+    for it); training finishes every step at size 3, every rank with the same parameters."""
+    job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "1", "-H", "127.0.0.1:2,127.0.0.2:1"],
+              tmp_path, steps=120, program=[cpp_elastic_train(), "--steps", "120", "--commit-every", "5",
+                                            "--mode", "ps-sync"])
+    job.wait_for(lambda line: (m := CPP_STEP.search(line)) and m[2] == "0" and int(m[1]) >= 20)
+    pid = server_pid(job.proc.pid, 0, 0)
+    assert pid, "parameter server 0 of generation 0 is not a child of horarun"
+    os.kill(pid, signal.SIGKILL)
+    code, output = job.finish()
+    assert code == 0, output
+    assert f"parameter server 0 (host 127.0.0.1, pid {pid}) of generation 0 was killed by signal 9" in output, output
+    resets = re.findall(r"<stdout>:reset to step (\d+) after: ", output)
+    assert len(resets) == 3 and len(set(resets)) == 1 and int(resets[0]) % 5 == 0, output[-3000:]
+    assert re.search(r"<stdout>:step 120 gen=1 rank=0 size=3 ", output), output[-3000:]
+    assert len(re.findall(r"<stdout>:done rank=\d size=3 loss=0\.00\d+ identical=yes", output)) == 3, output[-3000:]

@@ -91,7 +91,8 @@ class _DistributedBase:
         the optimizer (model.save, save_weights, ModelCheckpoint, tf.train.Checkpoint) and an
         elastic commit call it. Call it eagerly, between steps. Returns the servers' step count
         (the pushes they applied, every worker's), or None where nothing was pulled: before the
-        first step (the servers start from this optimizer's state then) and in other modes."""
+        first step (the servers start from this optimizer's state then), between an elastic
+        re-form and the next step, and in other modes."""
         if self._hora_ps is not None and _executing_eagerly():
             return self._hora_ps.pull_state()
         return None

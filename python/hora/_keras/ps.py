@@ -238,8 +238,10 @@ class KerasParameterServers:
     def pull_state(self):
         """ps-async, eagerly between steps: writes the servers' optimizer state into the optimizer's
         slots and returns their step count (kept as server_step). None before the first step (the
-        servers start from the optimizer's own state then) or in ps-sync."""
-        if self.client is None or self.mode != PS_ASYNC:
+        servers start from the optimizer's own state then), after an elastic job re-formed and
+        before its next step (the old servers are gone; the slots hold the restored commit), or in
+        ps-sync."""
+        if self.client is None or self.mode != PS_ASYNC or self.client.stale():
             return None
         buffers = [[np.empty(n, np.float32) for n in self.elements] for _ in self.slots]
         self.server_step = self.client.pull_optimizer_state([[b.ctypes.data for b in slot] for slot in buffers])
