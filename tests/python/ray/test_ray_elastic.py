@@ -73,9 +73,17 @@ class _Cluster:
 
     def add(self, ip):
         ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+        # These nodes share one network namespace, where each raylet hands out its workers' ports
+        # from its own range as if it had the host to itself: overlapping ranges let two workers
+        # take the same port, and the second dies at start ("Address already in use"). Each node
+        # gets ports of its own, above the head's (Ray's default, 10002-19999) and below the
+        # ephemeral range.
+        first = 20000 + 50 * int(ip.rsplit(".", 1)[1])
         self.nodes[ip] = subprocess.Popen(
             [ray_cli, "start", "--address", self.address, "--node-ip-address", ip, "--num-cpus", "1", "--block",
-             "--temp-dir", self.temp_dir, "--disable-usage-stats"], start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+             "--temp-dir", self.temp_dir, "--disable-usage-stats", "--min-worker-port", str(first),
+             "--max-worker-port", str(first + 49)],
+            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def wait_for(self, ips):
         deadline = time.monotonic() + NODE_DEADLINE_S
