@@ -84,8 +84,9 @@ int main(int argc, char** argv) {
   int64_t steps = 300, commit_every = 5;
   double step_sleep = 0.02;
   std::string mode = "allreduce";
-  const std::map<std::string, hvd::Exchange> modes = {
-      {"allreduce", hvd::Exchange::kAllreduce}, {"ps-sync", hvd::Exchange::kPsSync}, {"ps-async", hvd::Exchange::kPsAsync}};
+  const std::map<std::string, hvd::Exchange> modes = {{"allreduce", hvd::Exchange::kAllreduce},
+                                                       {"ps-sync", hvd::Exchange::kPsSync},
+                                                       {"ps-async", hvd::Exchange::kPsAsync}};
   app.add_option("--steps", steps, "steps to train");
   app.add_option("--commit-every", commit_every, "steps between commits");
   app.add_option("--step-sleep", step_sleep, "seconds to sleep after each step (to leave time for a kill)");
