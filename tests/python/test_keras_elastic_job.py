@@ -66,10 +66,11 @@ def test_a_killed_worker_leaves_fit_to_go_on_from_the_last_commit(generation):
     assert "done rank=0 size=1 epochs=3 identical=True" in output, output
 
 
-@pytest.mark.parametrize("generation", sorted(PYTHONS))
-def test_a_killed_parameter_server_re_forms_fit_with_a_new_one(generation):
+def run_and_kill_the_server(generation, train_args):
+    """2 workers and 1 server, 3 epochs of 20 batches; the server of generation 0 SIGKILLed in the
+    middle of epoch 1. Returns the job, the server's pid, horarun's exit code and output."""
     job = KerasJob(["-np", "2", "--min-np", "2", "--servers", "1", "-H", "127.0.0.1:1,127.0.0.2:1"],
-                   python_of(generation), ["--epochs", "3", "--steps", "20", "--mode", "ps-sync"])
+                   python_of(generation), ["--epochs", "3", "--steps", "20", *train_args])
     try:
         assert job.wait_for(lambda l: (m := STEP.match(l)) and m.group(7) == "1" and int(m.group(8)) >= 5,
                             timeout=120), "".join(job.lines)
@@ -80,6 +81,12 @@ def test_a_killed_parameter_server_re_forms_fit_with_a_new_one(generation):
     finally:
         if job.proc.poll() is None:
             os.killpg(job.proc.pid, signal.SIGKILL)
+    return job, pid, code, output
+
+
+@pytest.mark.parametrize("generation", sorted(PYTHONS))
+def test_a_killed_parameter_server_re_forms_fit_with_a_new_one(generation):
+    job, pid, code, output = run_and_kill_the_server(generation, ["--mode", "ps-sync"])
     assert code == 0, output
     assert f"parameter server 0 (host 127.0.0.1, pid {pid}) of generation 0 was killed by signal 9" in output, output
     # Both workers restored their last commit, in the middle of epoch 1, and fit went on through
@@ -98,19 +105,7 @@ def test_ps_async_a_killed_server_re_forms_fit_and_the_new_server_keeps_the_opti
     ps-async never updates otherwise), and the new server starts from the restored commit's, so its
     step count at the end holds the pushes before that commit (at least rank 0's own) plus every
     push of generation 1. A server that started from zero would count generation 1's alone."""
-    job = KerasJob(["-np", "2", "--min-np", "2", "--servers", "1", "-H", "127.0.0.1:1,127.0.0.2:1"],
-                   python_of(generation), ["--epochs", "3", "--steps", "20", "--mode", "ps-async",
-                                           "--optimizer", "adam"])
-    try:
-        assert job.wait_for(lambda l: (m := STEP.match(l)) and m.group(7) == "1" and int(m.group(8)) >= 5,
-                            timeout=120), "".join(job.lines)
-        pid = server_pid(job.proc.pid, 0, 0)
-        assert pid, "parameter server 0 of generation 0 is not a child of horarun"
-        os.kill(pid, signal.SIGKILL)
-        code, output = job.finish()
-    finally:
-        if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGKILL)
+    job, _, code, output = run_and_kill_the_server(generation, ["--mode", "ps-async", "--optimizer", "adam"])
     assert code == 0, output
     resets = {line[:3]: line for line in job.lines if RESET.search(line)}
     assert sorted(resets) == ["[0]", "[1]"], output
