@@ -300,20 +300,22 @@ void ShardState::applyRmsprop(const float* g, const SgdStep& sgd) {
 
 void ShardState::applyAdamax(const float* g, float lr) {
   // As torch.optim.Adamax: m = b1 m + (1 - b1) g; u = max(b2 u, |g| + eps); p -= lr / (1 - b1^t) m / u.
+  // Keras' Adamax keeps epsilon out of the norm: u = max(b2 u, |g|); p -= lr / (1 - b1^t) m / (u + eps).
   const double t = static_cast<double>(step_base_ + applied_ + 1);
   const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
   const auto eps = static_cast<float>(config_->epsilon);
   const auto clr = static_cast<float>(lr / (1.0 - std::pow(config_->beta1, t)));
+  const float inside = config_->keras_form ? 0.0f : eps, outside = config_->keras_form ? eps : 0.0f;
   for (size_t i = 0; i < params_.size(); ++i) {
     velocity_[i] += (g[i] - velocity_[i]) * (1 - b1);
-    second_moment_[i] = std::max(b2 * second_moment_[i], std::abs(g[i]) + eps);
-    params_[i] -= clr * velocity_[i] / second_moment_[i];
+    second_moment_[i] = std::max(b2 * second_moment_[i], std::abs(g[i]) + inside);
+    params_[i] -= clr * velocity_[i] / (second_moment_[i] + outside);
   }
 }
 
 void ShardState::applyAdadelta(const float* g, float lr) {
-  // As torch.optim.Adadelta (r = beta2, its rho): q = r q + (1 - r) g^2; d = sqrt(a + eps) /
-  // sqrt(q + eps) g; a = r a + (1 - r) d^2; p -= lr d.
+  // As torch.optim.Adadelta and Keras' Adadelta compute it (r = beta2, their rho): q = r q + (1 - r)
+  // g^2; d = sqrt(a + eps) / sqrt(q + eps) g; a = r a + (1 - r) d^2; p -= lr d.
   const auto r = static_cast<float>(config_->beta2), eps = static_cast<float>(config_->epsilon);
   for (size_t i = 0; i < params_.size(); ++i) {
     second_moment_[i] = r * second_moment_[i] + (1 - r) * g[i] * g[i];

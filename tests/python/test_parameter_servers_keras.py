@@ -76,7 +76,7 @@ def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python, compr
             assert np.abs(np.array(got["ps-sync"]["weight"]) - w).max() > 1e-5
 
 
-KINDS = ("sgd-wd", "adam", "adamw", "adagrad", "rmsprop", "rmsprop-plain")  # the last word of lr, else SGD
+KINDS = ("sgd-wd", "adam", "adamw", "adagrad", "rmsprop", "rmsprop-plain", "adamax", "adadelta")  # the last word of lr, else SGD
 ASYNC = textwrap.dedent("""
     KINDS = @KINDS@
     import json, sys, tensorflow as tf
@@ -97,6 +97,8 @@ ASYNC = textwrap.dedent("""
              "adagrad": lambda: optimizers.Adagrad(rate, initial_accumulator_value=0.2, epsilon=1e-3),
              "rmsprop": lambda: optimizers.RMSprop(rate, rho=0.9, momentum=0.5, epsilon=1e-3, centered=True),
              "rmsprop-plain": lambda: optimizers.RMSprop(rate, rho=0.9, epsilon=1e-3, centered=True),
+             "adamax": lambda: optimizers.Adamax(rate, beta_1=0.8, beta_2=0.99, epsilon=0.05),
+             "adadelta": lambda: optimizers.Adadelta(rate, rho=0.9, epsilon=1e-3),
              }[lr.split()[-1] if lr.split()[-1] in KINDS else "sgd"]()
     opt = hvd.DistributedOptimizer(inner, mode="ps-async")
     log = []
@@ -133,6 +135,15 @@ class KerasServer:
             self.v = self.v + (g - self.v) * 0.2
             self.m2 = self.m2 + (g * g - self.m2) * 0.01
             return p - lr * np.sqrt(1 - 0.99 ** t) / (1 - 0.8 ** t) * self.v / (np.sqrt(self.m2) + 1e-3)
+        if self.kind == "adamax":  # epsilon beside the infinity norm (torch's is inside it)
+            self.v = self.v + (g - self.v) * 0.2
+            self.m2 = np.maximum(0.99 * self.m2, np.abs(g))
+            return p - lr / (1 - 0.8 ** t) * self.v / (self.m2 + 0.05)
+        if self.kind == "adadelta":  # rho 0.9; self.v holds the mean square of the updates
+            self.m2 = 0.9 * self.m2 + 0.1 * g * g
+            delta = np.sqrt(self.v + 1e-3) / np.sqrt(self.m2 + 1e-3) * g
+            self.v = 0.9 * self.v + 0.1 * delta * delta
+            return p - lr * delta
         if self.kind == "adagrad":
             self.m2 = self.m2 + g * g
             root = np.sqrt(self.m2) + 1e-3 if self.legacy else np.sqrt(self.m2 + 1e-3)
@@ -152,7 +163,8 @@ class KerasServer:
 @pytest.mark.parametrize("lr", ["schedule", "set", "schedule adam", "set adam", "schedule legacy",
                                 "schedule legacy adam", "schedule adagrad", "schedule rmsprop", "set rmsprop",
                                 "schedule legacy adagrad", "schedule legacy rmsprop",
-                                "schedule legacy rmsprop-plain", "schedule adamw", "set sgd-wd"])
+                                "schedule legacy rmsprop-plain", "schedule adamw", "set sgd-wd", "schedule adamax",
+                                "set adadelta", "schedule legacy adamax", "schedule legacy adadelta"])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
 def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, lr):
     if "legacy" in lr and python != sys.executable:
@@ -180,8 +192,9 @@ def test_keras_mode_arguments_are_checked():
     import hora.tensorflow.keras as hvd
     with pytest.raises(ValueError, match="mode must be one of"):
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), mode="ps")
-    with pytest.raises(ValueError, match="runs SGD, Adam, AdamW, Adagrad or RMSprop on the servers"):
-        hvd.DistributedOptimizer(tf.keras.optimizers.Adadelta(), mode="ps-async")
+    with pytest.raises(ValueError, match="runs SGD, Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta on the servers, "
+                                         "not Nadam"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.Nadam(), mode="ps-async")
     with pytest.raises(ValueError, match="RMSprop has no clipnorm"):
         hvd.DistributedOptimizer(tf.keras.optimizers.RMSprop(clipnorm=1.0), mode="ps-async")
     excluding = tf.keras.optimizers.AdamW(weight_decay=0.01)
@@ -236,7 +249,9 @@ CHECKPOINT = textwrap.dedent("""
     optimizers = tf.keras.optimizers.legacy if "legacy" in kind else tf.keras.optimizers
     make = {"sgd": lambda: optimizers.SGD(0.05, momentum=0.9),
             "adam": lambda: optimizers.Adam(0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
-            "rmsprop": lambda: optimizers.RMSprop(0.01, rho=0.9, momentum=0.5, epsilon=1e-3, centered=True)
+            "rmsprop": lambda: optimizers.RMSprop(0.01, rho=0.9, momentum=0.5, epsilon=1e-3, centered=True),
+            "adamax": lambda: optimizers.Adamax(0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
+            "adadelta": lambda: optimizers.Adadelta(1.0, rho=0.9, epsilon=1e-3),
             }[kind.split()[-1]]
     init = np.random.default_rng(0)
     w, b = init.standard_normal((40, 30)).astype(np.float32), init.standard_normal(30).astype(np.float32)
@@ -293,7 +308,8 @@ CHECKPOINT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("kind,form", [("adam", "tf"), ("rmsprop", "tf"), ("sgd", "keras"), ("legacy adam", "tf")])
+@pytest.mark.parametrize("kind,form", [("adam", "tf"), ("rmsprop", "tf"), ("sgd", "keras"), ("legacy adam", "tf"),
+                                       ("adamax", "keras"), ("legacy adadelta", "tf")])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
 def test_keras_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, python, kind, form):
     """One worker (the servers apply its pushes in order), two servers: the checkpoint's slots

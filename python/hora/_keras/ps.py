@@ -39,16 +39,16 @@ def _legacy_momentum_slot(optimizer):
 
 def server_optimizer(optimizer):
     """What the servers apply ps-async pushes with, as ParameterServerClient takes it: a Keras SGD,
-    Adam, AdamW, Adagrad or RMSprop (with its weight_decay), in the form of the update it computes
+    Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta (with its weight_decay), in the form of the update it computes
     (keras_form; Keras 2's legacy Adagrad, and its RMSprop without momentum, put epsilon outside
     the root as torch does), its
     learning rate as registered (a schedule registers 0: every push carries the step's own,
     sgd_now); ValueError naming the option for anything else."""
     config = optimizer.get_config()
     kind = type(optimizer).__name__
-    if kind not in ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop"):
-        raise ValueError(f"mode='ps-async' runs SGD, Adam, AdamW, Adagrad or RMSprop on the servers: wrap a Keras "
-                         f"SGD, Adam, AdamW, Adagrad or RMSprop, not {kind}")
+    if kind not in ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta"):
+        raise ValueError(f"mode='ps-async' runs SGD, Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta on the "
+                         f"servers, not {kind}")
     if config.get("nesterov"):
         raise ValueError("mode='ps-async': the servers' SGD has no nesterov; set it to False")
     for key in ("amsgrad", "decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
@@ -70,8 +70,10 @@ def server_optimizer(optimizer):
                "weight_decay": float(config.get("weight_decay") or 0.0), "decoupled_weight_decay": True}
     if kind == "SGD":
         options["momentum"] = float(config.get("momentum", 0.0))
-    elif kind == "Adam":
+    elif kind in ("Adam", "Adamax"):
         options.update(beta1=float(config["beta_1"]), beta2=float(config["beta_2"]), epsilon=float(config["epsilon"]))
+    elif kind == "Adadelta":
+        options.update(rho=float(config["rho"]), epsilon=float(config["epsilon"]))
     elif kind == "Adagrad":
         options.update(epsilon=float(config["epsilon"]),
                        initial_accumulator_value=float(config["initial_accumulator_value"]),
@@ -108,7 +110,9 @@ def sgd_now(optimizer):
 _KERAS_SLOTS = {"sgd": (("momentums", "momentum"),),
                 "adam": (("_momentums", "m"), ("_velocities", "v")),
                 "adagrad": (("_accumulators", "accumulator"),),
-                "rmsprop": (("_momentums", "momentum"), ("_velocities", "rms"), ("_average_gradients", "mg"))}
+                "rmsprop": (("_momentums", "momentum"), ("_velocities", "rms"), ("_average_gradients", "mg")),
+                "adamax": (("_m", "m"), ("_u", "v")),
+                "adadelta": (("_accumulated_grads", "accum_grad"), ("_accumulated_delta_vars", "accum_var"))}
 
 
 def slot_variables(optimizer, options, variables):

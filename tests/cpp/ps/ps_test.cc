@@ -323,21 +323,29 @@ INSTANTIATE_TEST_SUITE_P(Forms, PsRmsprop,
                                   (param.param.centered ? "Centered" : "Plain");
                          });
 
-// torch.optim.Adamax (betas 0.9, 0.999 as registered; eps 0.05): m = b1 m + (1 - b1) g;
-// u = max(b2 u, |g| + eps); p -= lr / (1 - b1^t) m / u.
-TEST(PsShardState, AsyncAppliesTorchAdamax) {
+class PsAdamax : public ::testing::TestWithParam<bool> {};
+
+// Adamax (betas 0.9, 0.999 as registered; eps 0.05): m = b1 m + (1 - b1) g; torch.optim.Adamax
+// u = max(b2 u, |g| + eps), p -= lr / (1 - b1^t) m / u; Keras' u = max(b2 u, |g|), p -= lr /
+// (1 - b1^t) m / (u + eps).
+TEST_P(PsAdamax, AsyncAppliesAdamaxInItsForm) {
+  const bool keras = GetParam();
   ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
   r.optimizer = ps::Optimizer::kAdamax;
+  r.keras_form = keras ? 1 : 0;
   r.epsilon = 0.05;
   std::vector<double> m(3, 0.0), u(3, 0.0);
   expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double, int t) {
     for (size_t i = 0; i < 3; ++i) {
       m[i] = 0.9 * m[i] + 0.1 * g[i];
-      u[i] = std::max(0.999 * u[i], std::abs(double(g[i])) + 0.05);
-      p[i] -= lr / (1 - std::pow(0.9, t)) * m[i] / u[i];
+      u[i] = std::max(0.999 * u[i], std::abs(double(g[i])) + (keras ? 0.0 : 0.05));
+      p[i] -= lr / (1 - std::pow(0.9, t)) * m[i] / (u[i] + (keras ? 0.05 : 0.0));
     }
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Forms, PsAdamax, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& param) { return param.param ? "Keras" : "Torch"; });
 
 // torch.optim.Adadelta (rho 0.8, eps 0.05): q = rho q + (1 - rho) g^2; d = sqrt(a + eps) /
 // sqrt(q + eps) g; a = rho a + (1 - rho) d^2; p -= lr d.
