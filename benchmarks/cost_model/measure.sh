@@ -12,14 +12,15 @@
 # Every configuration once per round, rounds repeated (--repeat), each rate in turn.
 #
 # usage: benchmarks/cost_model/measure.sh [--build DIR] [--rate R|uncapped]... [--repeat N] [--out DIR]
-#            [--skip-one-host]                                                          (as root)
+#            [--skip-one-host] [--only-ps-async]                                        (as root)
 #   --skip-one-host: leave out the reduce kernel and the one-host sweep (measured before).
+#   --only-ps-async: measure the ps-async rows alone (their records replace those in OUT).
 #   --build: where hora-bench and reduce-benchmark are (default build/release); horarun and the
 #   workers' python are $PYTHON's (default .venv/bin/python). --out default docs/benchmarks/raw/cost_model.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 here=$root/benchmarks/cost_model
-build=$root/build/release rates=() repeat=2 out=$root/docs/benchmarks/raw/cost_model one_host=1
+build=$root/build/release rates=() repeat=2 out=$root/docs/benchmarks/raw/cost_model one_host=1 others=1
 python=${PYTHON:-$root/.venv/bin/python}
 while (($#)); do
   case $1 in
@@ -28,6 +29,7 @@ while (($#)); do
     --repeat) repeat=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --skip-one-host) one_host=0; shift ;;
+    --only-ps-async) one_host=0 others=0; shift ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -71,11 +73,14 @@ allreduce() {
 # ps ROLE RATE RUN MODE WORKERS SERVERS SIZES...: one job per size, workers on hosts 1..W, servers after
 ps() {
   local role=$1 rate=$2 run=$3 mode=$4 w=$5 k=$6; shift 6
-  local name="$mode-$rate-${w}w${k}s-run$run" size prefixes=()
+  local name="$mode-$rate-${w}w${k}s-run$run" size prefixes=() iters=3 warmup=1
+  # ps-async: spans of the slowest first exchange (ps_exchange.py): its workers take a few to drift apart
+  [ "$mode" = ps-sync ] || iters=5 warmup=5
   for size in "$@"; do
     on_host 1 "$horarun" -i "$SSH_KEY" -np "$w" -H "$(hostlist 1 "$w" 1)" --server-hosts "$(hostlist $((w + 1)) "$k" 1)" \
       --start-timeout 300 -x HORA_LOG_LEVEL=error \
-      "$python" "$here/ps_exchange.py" --bytes "$size" --mode "$mode" --iters 3 --warmup 1 --out "$work/$name-$size"
+      "$python" "$here/ps_exchange.py" --bytes "$size" --mode "$mode" --iters "$iters" --warmup "$warmup" \
+      --out "$work/$name-$size"
     prefixes+=("$work/$name-$size")
   done
   record ps "${prefixes[@]}" --role "$role" --run "$run" --mode "$mode" --hosts "$w" --servers "$k" \
@@ -94,17 +99,19 @@ for rate in "${rates[@]}"; do
   [ "$rate" = uncapped ] || cap_links "$rate"
   for run in $(seq 1 "$repeat"); do
     echo "$(date +%T) $rate round $run/$repeat" >&2
-    allreduce calibration "$rate" "$run" 2 1 auto auto 4K 64M 4
+    ((others == 0)) || allreduce calibration "$rate" "$run" 2 1 auto auto 4K 64M 4
     [ "$rate" != uncapped ] || continue
-    ps calibration "$rate" "$run" ps-sync 2 1 $((256 * K)) $((4 * M)) $((16 * M))
+    ((others == 0)) || ps calibration "$rate" "$run" ps-sync 2 1 $((256 * K)) $((4 * M)) $((16 * M))
     for layout in "2 2" "4 1" "4 2" "8 1"; do
+      ((others)) || continue
       read -r h l <<<"$layout"
       allreduce validation "$rate" "$run" "$h" "$l" 0 flat 256K 64M 4
       ((l == 1)) || allreduce validation "$rate" "$run" "$h" "$l" 1 hierarchical 256K 64M 4
     done
     for w in 2 4 8; do
       for k in 1 2; do
-        ((w == 2 && k == 1)) || ps validation "$rate" "$run" ps-sync "$w" "$k" $((256 * K)) $((4 * M)) $((16 * M))
+        ((others == 0 || (w == 2 && k == 1))) ||
+          ps validation "$rate" "$run" ps-sync "$w" "$k" $((256 * K)) $((4 * M)) $((16 * M))
         ps validation "$rate" "$run" ps-async "$w" "$k" $((4 * M)) $((16 * M))
       done
     done

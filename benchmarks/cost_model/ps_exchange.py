@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
 """One worker of a parameter-server exchange benchmark (run under `horarun --servers K`): registers
-one float32 tensor of --bytes, pushes and pulls it --warmup + --iters times, and writes its mean
-time per timed exchange to OUT.rank<r>.json. ps-sync: the sum, every worker in lock step (the
-round's time); ps-async: lr 0, so the parameters stay what they were and only the exchange is timed.
-The workers meet in a barrier before the timed exchanges: ps-async workers do not wait for each
-other, and processes that start seconds apart (8 on 2 cores) would otherwise each have had the
-servers' links to themselves.
+one float32 tensor of --bytes, pushes and pulls it, and writes its time per exchange to
+OUT.rank<r>.json.
+
+ps-sync: the sum, every worker in lock step; --warmup exchanges, then --iters timed (the round's
+time). ps-async: lr 0, so the parameters stay what they were and only the exchange is timed. Its
+workers do not wait for each other, and what is timed is their steady state: workers that start
+together first push, then pull, all at once (as in ps-sync), and only over several exchanges
+drift apart until one worker's push overlaps another's reply. So after a first exchange from a
+common start, every worker exchanges for a common span of wall time, --warmup + --iters times as
+long as the slowest first exchange, and times those of its exchanges that lie wholly in the last
+--iters of it: every worker is still exchanging then. (3 exchanges from a common start, as timed
+before, measured that drift: 8 workers' exchanges of 4 MiB at 1 Gbit/s took 0.44-0.54, 0.34-0.43,
+then 0.26-0.32 s.)
 
 usage: ps_exchange.py --bytes N --mode ps-sync|ps-async --iters N --warmup N --out PREFIX
 """
@@ -17,8 +24,48 @@ import time
 
 import numpy as np
 
-from hora.common import basics, requests
+from hora.common import basics, ops, requests
 from hora.common.parameter_servers import ParameterServerClient
+
+
+def slowest(seconds):
+    """The largest of every worker's `seconds` (an allreduce with Max)."""
+    value = np.array([seconds], dtype=np.float64)
+    handle = requests.enqueue("ps_exchange.slowest", requests.ALLREDUCE, "float64", value.shape, value.ctypes.data,
+                              value.ctypes.data, reduce_op=ops.Max)
+    handle.wait()
+    return float(value[0])
+
+
+def lock_step(exchange, args):
+    """ps-sync: the times of --iters exchanges after --warmup."""
+    times = []
+    for i in range(args.warmup + args.iters):
+        start = time.perf_counter()
+        exchange()
+        times.append(time.perf_counter() - start)
+    return times[args.warmup:]
+
+
+def steady_state(exchange, args):
+    """ps-async: the times of this worker's exchanges that lie in the common timed span."""
+    start = time.perf_counter()
+    exchange()
+    first = slowest(time.perf_counter() - start)  # also lines the workers up again
+    begin = time.perf_counter() + args.warmup * first
+    end = begin + args.iters * first
+    times = []
+    while True:
+        start = time.perf_counter()
+        if start >= end:
+            break
+        exchange()
+        stop = time.perf_counter()
+        if start >= begin and stop <= end:
+            times.append(stop - start)
+    if not times:
+        raise SystemExit(f"rank {basics.rank()}: no exchange lay wholly in the timed span of {end - begin:.3f} s")
+    return times
 
 
 def main():
@@ -36,18 +83,13 @@ def main():
     answer = np.zeros(elements, dtype=np.float32)
     initial = [answer.ctypes.data] if args.mode == "ps-async" else []
     client = ParameterServerClient([elements], args.mode, average=False, initial=initial)
-    times = []
-    for i in range(args.warmup + args.iters):
-        if i == args.warmup:
-            requests.barrier()
-        start = time.perf_counter()
-        client.step([gradient.ctypes.data], [answer.ctypes.data])
-        times.append(time.perf_counter() - start)
+    requests.barrier()
+    exchange = lambda: client.step([gradient.ctypes.data], [answer.ctypes.data])  # noqa: E731
+    timed = (lock_step if args.mode == "ps-sync" else steady_state)(exchange, args)
     client.close()
     if args.mode == "ps-sync":  # the sum of 1 .. W: a wrong exchange must not pass for a fast one
         workers = basics.size()
         assert answer[0] == workers * (workers + 1) / 2 and answer[-1] == answer[0], answer[[0, -1]]
-    timed = times[args.warmup:]
     with open(f"{args.out}.rank{rank}.json", "w") as f:
         json.dump({"rank": rank, "bytes": args.bytes, "mode": args.mode, "servers": int(os.environ["HORA_PS_SERVERS"]),
                    "seconds": float(np.mean(timed)), "each": timed}, f)

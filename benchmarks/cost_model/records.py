@@ -22,14 +22,16 @@ def allreduce_rows(raw):
 
 def ps_rows(prefixes):
     """ps_exchange.py's files, one prefix per size: ps-sync, the slowest worker's mean (a round
-    ends for everyone together); ps-async, the workers' mean (each goes its own pace)."""
+    ends for everyone together); ps-async, where each goes its own pace (and the links need not
+    share fairly), the exchanges per second of all workers together as one worker's time: the
+    harmonic mean of their means."""
     rows, raw = [], []
     for prefix in prefixes:
         workers = [json.load(open(path)) for path in sorted(glob.glob(f"{prefix}.rank*.json"))]
         if not workers:
             raise SystemExit(f"no {prefix}.rank*.json")
         times = [w["seconds"] for w in workers]
-        seconds = max(times) if workers[0]["mode"] == "ps-sync" else sum(times) / len(times)
+        seconds = max(times) if workers[0]["mode"] == "ps-sync" else len(times) / sum(1 / t for t in times)
         rows.append({"bytes": workers[0]["bytes"], "seconds": seconds})
         raw.append(workers)
     return rows, raw

@@ -169,18 +169,35 @@ def test_ps_sync_pushes_to_every_server_at_once():
     assert only_wire.seconds(servers.ps_sync(two_per_host, [elements], 2)) == pytest.approx((64 + 64) * MiB * ns)
 
 
-def test_ps_async_updates_while_the_pushes_arrive():
-    # 4 workers on 2 hosts, 8 servers, 1 MiB at 100 Gbit/s: the servers' cores bind the pushes,
-    # each receiving 4 shards of 128 KiB and applying them (SGD: 2 passes), and the replies (their
-    # cores again: 4 shards out), with every process on a core of its own.
+def test_ps_async_is_the_mean_of_a_step_in_step_and_a_staggered_one():
+    # 4 workers on 2 hosts, 8 servers, 1 MiB at 100 Gbit/s, every process on a core of its own:
+    # the cores bind. In step: the pushes (a server receives 4 shards of 128 KiB and applies them,
+    # SGD: 2 passes; a worker sends 1 MiB), then the replies. Staggered: one phase of both ways
+    # at once, the updates in it.
     c, elements = Cluster(hosts=2, ranks_per_host=2, link_gbit=100, cache_bytes=BIG_CACHE), 1 * MiB // 4
     shard = elements * 4 / 8
     server = P.beta_tcp * 4 * shard + 4 * P.alpha_ps
     worker = P.beta_tcp * MiB + 8 * P.alpha_ps
-    wire = max(link(4 * shard, 100), link(2 * MiB, 100))
-    push = overlap(wire, max(worker, server + 2 * P.gamma * 4 * shard))
-    reply = overlap(wire, max(worker, server))
-    assert P.seconds(servers.ps_async(c, [elements], 8)) == pytest.approx(push + reply)
+    update = 2 * P.gamma * 4 * shard
+    wire = max(link(4 * shard, 100), link(2 * MiB, 100))  # a server's link, a host's (2 workers)
+    in_step = overlap(wire, max(worker, server + update)) + overlap(wire, max(worker, server))
+    staggered = overlap(max(wire, link(2 * MiB, 100)), max(2 * worker, 2 * server + update))
+    assert P.seconds(servers.ps_async(c, [elements], 8)) == pytest.approx((in_step + staggered) / 2)
+
+
+def test_ps_async_staggered_halves_a_server_s_link_but_not_a_worker_s_turns():
+    # Only the wire, 1 Gbit/s: a byte takes 8 ns. 16 MiB from each of 8 workers on 8 hosts.
+    c, elements = Cluster(hosts=8, ranks_per_host=1, link_gbit=1), 16 * MiB // 4
+    only_wire = Params(wire=1.0)
+    ns = 8e-9
+    # One server: in step its link carries 8 x 16 MiB in, then out (ps-sync's time); staggered,
+    # both at once: half of it. The mean: 3/4 of ps-sync's.
+    assert only_wire.seconds(servers.ps_sync(c, [elements], 1)) == pytest.approx(2 * 8 * 16 * MiB * ns)
+    assert only_wire.seconds(servers.ps_async(c, [elements], 1)) == pytest.approx(1.5 * 8 * 16 * MiB * ns)
+    # Eight servers: a server's link 8 x 2 MiB each way, but each worker pushes its 16 MiB and then
+    # receives its 16 MiB, in step or not: the worker binds, as in ps-sync.
+    assert only_wire.seconds(servers.ps_async(c, [elements], 8)) == pytest.approx(2 * 16 * MiB * ns)
+    assert only_wire.seconds(servers.ps_sync(c, [elements], 8)) == pytest.approx(2 * 16 * MiB * ns)
 
 
 def test_fusion_buffers():

@@ -7,10 +7,15 @@ What hora's client does (src/ps/client.cc), and so what the formulas say:
   pushes of the step are in: the pushes, the sums, then the replies, each way as long as the
   busiest of a server's link (W shards), a worker host's (its workers' whole gradients) and the
   cores (TCP's work at both ends).
-- in ps-async a server applies each push as it arrives and answers it at once. Workers that
-  exchange back to back from a common start stay together (each push takes as long as the
-  others sharing the server's link), so their steps keep the pushes-then-replies shape; the
-  updates (an SGD step: two passes over the shard) overlap the pushes still arriving.
+- in ps-async a server applies each push as it arrives and answers it at once (an SGD update:
+  two passes over the shard), and nobody waits for anybody, so how far apart the workers'
+  exchanges lie is nobody's choice: in step (ps-sync's shape: all pushes, then all replies, the
+  updates while the pushes arrive), or staggered (one phase in which a server's link carries W
+  shards each way at once, the cores do both ways' work and the updates, and each worker's own
+  push and reply go one after the other over its link), or anything between. Links that share
+  fairly keep whatever offset the workers have, so it wanders; the model takes the mean of the
+  two extremes, which is exact for two workers whose offset is uniformly distributed (at offset
+  d <= D, D one push alone, a step takes 4 D - 2 d: in step 4 D, staggered 2 D).
 Each push and each reply is a message (alpha_ps) at both ends.
 """
 
@@ -35,22 +40,40 @@ def plan_shards(tensor_elements, servers):
     return load
 
 
-def _push(cluster, servers, shard_bytes, server_extra=None):
-    """One way of an exchange (the pushes; the replies are the same the other way): each server
-    receives W shards, each worker sends its whole gradient; the lanes are a server's link, a
-    worker host's link, a server's core, a worker's core, and everyone's work over shared cores.
-    `server_extra`: more work a server does while its pushes arrive (ps-async's updates)."""
+def _one_way(cluster, servers, shard_bytes):
+    """The cores' work of one way of an exchange (the pushes; the replies are the same the other
+    way), as (a server's, a worker's, everyone's): each server receives W shards, each worker
+    sends its whole gradient, and every byte passes TCP at both ends."""
     workers, total, biggest = cluster.ranks, sum(shard_bytes), max(shard_bytes)
-    server = costs(beta_tcp=workers * biggest, alpha_ps=workers)
-    if server_extra is not None:
-        server = server + server_extra
-    worker = costs(beta_tcp=total, alpha_ps=servers)
-    everyone = costs(beta_tcp=2 * workers * total, alpha_ps=2 * workers * servers)
-    if server_extra is not None:
-        everyone = everyone + servers * server_extra
-    return phase((costs(wire=cluster.wire_seconds(workers * biggest)),
-                  costs(wire=cluster.wire_seconds(cluster.ranks_per_host * total))),
-                 (worker, *cluster.cpu_lanes(server, everyone, workers + servers)))
+    return (costs(beta_tcp=workers * biggest, alpha_ps=workers), costs(beta_tcp=total, alpha_ps=servers),
+            costs(beta_tcp=2 * workers * total, alpha_ps=2 * workers * servers))
+
+
+def _links(cluster, shard_bytes):
+    """The link lanes of one way: a server's link (W shards), a worker host's (its workers'
+    whole gradients)."""
+    return (costs(wire=cluster.wire_seconds(cluster.ranks * max(shard_bytes))),
+            costs(wire=cluster.wire_seconds(cluster.ranks_per_host * sum(shard_bytes))))
+
+
+def _push(cluster, servers, shard_bytes, update=None):
+    """One way of an exchange in step (the pushes; the replies are the same the other way): the
+    links, a server's core, a worker's core, and everyone's work over shared cores. `update`:
+    work a server does while its pushes arrive (ps-async's)."""
+    server, worker, everyone = _one_way(cluster, servers, shard_bytes)
+    if update is not None:
+        server, everyone = server + update, everyone + servers * update
+    return phase(_links(cluster, shard_bytes),
+                 (worker, *cluster.cpu_lanes(server, everyone, cluster.ranks + servers)))
+
+
+def _staggered(cluster, servers, shard_bytes, update):
+    """A ps-async step whose workers' exchanges lie apart: one worker's push crosses a link while
+    another's reply crosses it the other way; a worker's own push and reply go in turn."""
+    server, worker, everyone = (2 * c for c in _one_way(cluster, servers, shard_bytes))
+    own_turns = costs(wire=cluster.wire_seconds(2 * sum(shard_bytes)))
+    return phase((*_links(cluster, shard_bytes), own_turns),
+                 (worker, *cluster.cpu_lanes(server + update, everyone + servers * update, cluster.ranks + servers)))
 
 
 def _server_reduction(cluster, shard_bytes, passes):
@@ -69,11 +92,12 @@ def ps_sync(cluster, tensor_elements, servers):
 
 
 def ps_async(cluster, tensor_elements, servers):
-    """One ps-async step of a worker among W that started together: the pushes, each applied by
-    its server as it arrives (while the others still arrive), the replies."""
+    """One ps-async step of a worker among W: the mean of a step in step with the others (the
+    pushes, each applied as it arrives, then the replies) and of a staggered one."""
     shard_bytes = [e * FLOAT_BYTES for e in plan_shards(tensor_elements, servers)]
     update = _server_reduction(cluster, shard_bytes, 2)
-    return _push(cluster, servers, shard_bytes, update) + _push(cluster, servers, shard_bytes)
+    in_step = _push(cluster, servers, shard_bytes, update) + _push(cluster, servers, shard_bytes)
+    return [p._replace(times=p.times / 2) for p in in_step + _staggered(cluster, servers, shard_bytes, update)]
 
 
 PS_MODES = {"ps-sync": ps_sync, "ps-async": ps_async}
