@@ -13,7 +13,10 @@
 //
 // With --mode ps-sync or ps-async the gradients go through the job's parameter servers, which
 // horarun starts afresh for each generation; a dead server fails the step as a dead worker does,
-// and the optimizer made again after init() connects to the new generation's servers.
+// and the optimizer made again after init() connects to the new generation's servers. A commit
+// holds the optimizer's state too (--optimizer adam: its moments and step); in ps-async that state
+// lives on the servers, so a commit pulls it first, and the optimizer made again with it
+// registers it as the new servers' starting point.
 //
 // The batch of step s is drawn from a generator seeded with s and split among the ranks, so the
 // redone steps after a reset see the same data and the loss falls the same way at any size.
@@ -21,9 +24,12 @@
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -41,12 +47,19 @@ constexpr int64_t kBatch = 48;  // the whole batch, divided among the ranks
 // Thrown at a commit when horarun changed the hosts: every rank re-forms at the same step.
 struct HostsChanged {};
 
-// What a failure rolls back to: copies of the parameters and the step they were taken at.
+// What a failure rolls back to: copies of the parameters, the optimizer's state (serialized;
+// empty before the first commit with an optimizer) and the step they were taken at.
 class Commit {
  public:
-  void save(torch::nn::Module& model, int64_t step) {
+  void save(torch::nn::Module& model, const torch::optim::Optimizer* optimizer, int64_t step) {
     params_.clear();
     for (const auto& p : model.parameters()) params_.push_back(p.detach().clone());
+    optimizer_.clear();
+    if (optimizer) {
+      std::ostringstream out;
+      torch::save(*optimizer, out);
+      optimizer_ = out.str();
+    }
     step_ = step;
   }
   int64_t restore(torch::nn::Module& model) const {
@@ -55,11 +68,36 @@ class Commit {
     for (size_t i = 0; i < params.size(); ++i) params[i].copy_(params_[i]);
     return step_;
   }
+  // Into an optimizer made afresh over the same parameters.
+  void restoreOptimizer(torch::optim::Optimizer& optimizer) const {
+    if (optimizer_.empty()) return;
+    std::istringstream in(optimizer_);
+    torch::load(optimizer, in);
+  }
 
  private:
   std::vector<at::Tensor> params_;
+  std::string optimizer_;
   int64_t step_ = 0;
 };
+
+std::shared_ptr<torch::optim::Optimizer> makeOptimizer(const std::string& name, torch::nn::Module& model) {
+  if (name == "adam") return std::make_shared<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(0.02));
+  return std::make_shared<torch::optim::SGD>(model.parameters(), torch::optim::SGDOptions(0.05));
+}
+
+// Adam's step count and the sum of its moments' magnitudes (0, 0 for SGD or no state yet).
+std::pair<int64_t, double> adamState(torch::optim::Optimizer& optimizer) {
+  int64_t steps = 0;
+  double moments = 0;
+  for (const auto& [key, state] : optimizer.state()) {
+    if (const auto* adam = dynamic_cast<const torch::optim::AdamParamState*>(state.get())) {
+      steps = std::max(steps, adam->step());
+      moments += adam->exp_avg().abs().sum().item<double>() + adam->exp_avg_sq().abs().sum().item<double>();
+    }
+  }
+  return {steps, moments};
+}
 
 // Rank 0's value of `x` on every rank.
 int64_t fromRankZero(int64_t x, const std::string& name) {
@@ -83,7 +121,7 @@ int main(int argc, char** argv) {
   CLI::App app("Elastic training of a linear model with hora::torch");
   int64_t steps = 300, commit_every = 5;
   double step_sleep = 0.02;
-  std::string mode = "allreduce";
+  std::string mode = "allreduce", optimizer_name = "sgd";
   const std::map<std::string, hvd::Exchange> modes = {{"allreduce", hvd::Exchange::kAllreduce},
                                                        {"ps-sync", hvd::Exchange::kPsSync},
                                                        {"ps-async", hvd::Exchange::kPsAsync}};
@@ -92,13 +130,15 @@ int main(int argc, char** argv) {
   app.add_option("--step-sleep", step_sleep, "seconds to sleep after each step (to leave time for a kill)");
   app.add_option("--mode", mode, "how gradients travel (ps-sync, ps-async: horarun --servers)")
       ->check(CLI::IsMember(modes));
+  app.add_option("--optimizer", optimizer_name, "sgd (lr 0.05) or adam (lr 0.02)")
+      ->check(CLI::IsMember({"sgd", "adam"}));
   CLI11_PARSE(app, argc, argv);
 
   torch::manual_seed(0);
   torch::set_num_threads(1);
   torch::nn::Linear model(kFeatures, 1);
   Commit committed;
-  committed.save(*model, 0);
+  committed.save(*model, nullptr, 0);
   int64_t step = 0;
   while (true) {
     try {
@@ -108,15 +148,21 @@ int main(int argc, char** argv) {
       return 0;
     }
     try {
-      auto sgd = std::make_shared<torch::optim::SGD>(model->parameters(), torch::optim::SGDOptions(0.05));
-      hvd::DistributedOptimizerOptions options;
-      options.mode = modes.at(mode);
-      hvd::DistributedOptimizer optimizer(sgd, model->named_parameters(), options);
-      // Sync: everyone takes rank 0's committed state (a newcomer has none).
+      // Sync: everyone takes rank 0's committed state (a newcomer has none), before the optimizer
+      // is wrapped: in ps-async the servers start from worker 0's parameters and optimizer state.
+      auto inner = makeOptimizer(optimizer_name, *model);
+      committed.restoreOptimizer(*inner);
       hvd::broadcast_parameters(model->named_parameters(), 0);
+      hvd::broadcast_optimizer_state(*inner, 0);
       step = fromRankZero(step, "elastic.step");
       int64_t hosts_seen = fromRankZero(hora::elastic::hostUpdates().counter, "elastic.hosts");
-      committed.save(*model, step);
+      const auto [adam_steps, adam_moments] = adamState(*inner);
+      std::printf("optimizer state at step %lld: steps=%lld moments=%.6f\n", static_cast<long long>(step),
+                  static_cast<long long>(adam_steps), adam_moments);
+      hvd::DistributedOptimizerOptions options;
+      options.mode = modes.at(mode);
+      hvd::DistributedOptimizer optimizer(inner, model->named_parameters(), options);
+      committed.save(*model, inner.get(), step);
       while (step < steps) {
         const auto [x, y] = shardOf(step);
         optimizer.zero_grad();
@@ -129,7 +175,8 @@ int main(int argc, char** argv) {
                     loss.item<double>());
         std::fflush(stdout);
         if (step % commit_every == 0) {
-          committed.save(*model, step);
+          if (mode == "ps-async") optimizer.pullServerState();  // the servers hold the optimizer's state
+          committed.save(*model, inner.get(), step);
           // Rank 0 asks horarun; all ranks act on its answer, at the same step.
           const int64_t hosts = fromRankZero(hvd::rank() == 0 ? hora::elastic::hostUpdates().counter : 0,
                                              "elastic.hosts");
@@ -145,8 +192,10 @@ int main(int argc, char** argv) {
       const bool identical = torch::equal(hvd::allreduce(all, {"elastic.min", hora::ReduceOp::kMin}),
                                           hvd::allreduce(all, {"elastic.max", hora::ReduceOp::kMax}));
       const auto [x, y] = shardOf(steps);
-      std::printf("done rank=%d size=%d loss=%.5f identical=%s\n", hvd::rank(), hvd::size(),
-                  torch::mse_loss(model->forward(x), y).item<double>(), identical ? "yes" : "no");
+      if (mode == "ps-async") optimizer.pullServerState();
+      std::printf("done rank=%d size=%d loss=%.5f identical=%s optimizer_steps=%lld\n", hvd::rank(), hvd::size(),
+                  torch::mse_loss(model->forward(x), y).item<double>(), identical ? "yes" : "no",
+                  static_cast<long long>(adamState(*inner).first));
       hvd::shutdown();
       return identical || mode == "ps-async" ? 0 : 1;
     } catch (const HostsChanged&) {

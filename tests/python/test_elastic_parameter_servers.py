@@ -212,3 +212,31 @@ def test_cpp_frontend_a_killed_server_re_forms_the_job_and_its_optimizer_connect
     assert len(resets) == 3 and len(set(resets)) == 1 and int(resets[0]) % 5 == 0, output[-3000:]
     assert re.search(r"<stdout>:step 120 gen=1 rank=0 size=3 ", output), output[-3000:]
     assert len(re.findall(r"<stdout>:done rank=\d size=3 loss=0\.00\d+ identical=yes", output)) == 3, output[-3000:]
+
+
+def test_cpp_frontend_ps_async_a_re_formed_job_s_new_server_starts_from_the_committed_optimizer_state(tmp_path):
+    """hora::torch in ps-async with Adam in an elastic job: each commit pulls the servers' Adam
+    state into the optimizer and copies it; the server of generation 0 is SIGKILLed, the workers
+    restore the commit and make their optimizer again with that state, which the new server takes
+    as its start: its step count goes on from the commit's (a fresh server's would count
+    generation 1's pushes alone) and the restored moments are not zero."""
+    job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "1", "-H", "127.0.0.1:2,127.0.0.2:1"],
+              tmp_path, steps=120, program=[cpp_elastic_train(), "--steps", "120", "--commit-every", "5",
+                                            "--mode", "ps-async", "--optimizer", "adam"])
+    job.wait_for(lambda line: (m := CPP_STEP.search(line)) and m[2] == "0" and int(m[1]) >= 20)
+    pid = server_pid(job.proc.pid, 0, 0)
+    assert pid, "parameter server 0 of generation 0 is not a child of horarun"
+    os.kill(pid, signal.SIGKILL)
+    code, output = job.finish()
+    assert code == 0, output
+    assert f"parameter server 0 (host 127.0.0.1, pid {pid}) of generation 0 was killed by signal 9" in output, output
+    resets = re.findall(r"<stdout>:reset to step (\d+) after: ", output)
+    assert len(resets) == 3 and int(resets[0]) % 5 == 0, output[-3000:]
+    committed = int(re.search(r"\[0\]<stdout>:optimizer state at step (\d+): steps=(\d+) moments=([\d.]+)",
+                              output.split("reset to step")[-1])[1])
+    restored = re.findall(rf"<stdout>:optimizer state at step {committed}: steps=(\d+) moments=([\d.]+)", output)
+    assert restored and all(int(s) >= committed and float(m) > 0 for s, m in restored), output[-3000:]
+    done = re.search(r"\[0\]<stdout>:done rank=0 size=3 loss=([\d.]+) identical=\w+ optimizer_steps=(\d+)", output)
+    assert done and float(done[1]) < 0.01, output[-3000:]
+    carried = int(done[2]) - 3 * (120 - committed)  # the new server's count minus generation 1's pushes
+    assert committed <= carried <= 3 * (committed + 5), (done[2], committed, output[-3000:])
