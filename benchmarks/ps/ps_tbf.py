@@ -7,7 +7,8 @@ without a straggler. Every configuration once per round, rounds repeated (interl
   ps_tbf.py run --ns NS... --ips IP... --ssh-key KEY --rate 1gbit --out FILE
                 [--workers 2 4] [--servers 1 2] [--stragglers 0 0.5] [--model cnn] [--repeat 3]
                 [--modes allreduce ps-sync ps-async 'staleness 2' 'staleness 8' ['ps-async m0.5']
-                         ['ps-sync whole' 'ps-async whole'] ['allreduce fp16' 'ps-sync fp16' 'ps-async fp16']]
+                         ['ps-sync whole' 'ps-async whole'] ['allreduce fp16' 'ps-sync fp16' 'ps-async fp16']
+                         ['ps-async compensated']]
                 [--target 0.85 [--eval-every 50] [--give-up 600]]
   ps_tbf.py table FILE... [--json ALL]
 
@@ -43,8 +44,11 @@ MODES = [("allreduce", "allreduce", -1, 0.9), ("ps-sync", "ps-sync", -1, 0.9), (
          ("staleness 2", "ps-async", 2, 0.9), ("staleness 8", "ps-async", 8, 0.9),
          ("ps-async m0.5", "ps-async", -1, 0.5), ("ps-sync whole", "ps-sync", -1, 0.9),
          ("ps-async whole", "ps-async", -1, 0.9), ("allreduce fp16", "allreduce", -1, 0.9),
-         ("ps-sync fp16", "ps-sync", -1, 0.9), ("ps-async fp16", "ps-async", -1, 0.9)]
+         ("ps-sync fp16", "ps-sync", -1, 0.9), ("ps-async fp16", "ps-async", -1, 0.9),
+         ("ps-async compensated", "ps-async", -1, 0.9)]
 # "... fp16": Compression.fp16 (float16 on the wire).
+# "... compensated": HORA_PS_COMPENSATE_MOMENTUM=1, the servers' momentum lowered by 1 - 1/workers.
+COMPENSATED = ["-x", "HORA_PS_COMPENSATE_MOMENTUM=1"]
 # "... whole": the push of a step goes out only once its whole shard is ready (parts of 1024G), not
 # in parts while the backward pass goes on: what the overlap gains.
 WHOLE_PUSH = ["-x", "HORA_BUCKET_BYTES=1024G"]
@@ -71,6 +75,8 @@ def run_one(args, c, steps, warmup):
         cmd += ["--server-hosts", ",".join(f"{ip}:1" for ip in args.ips[w:w + s])]
     if c["label"].endswith(" whole"):
         cmd += WHOLE_PUSH
+    if c["label"].endswith(" compensated"):
+        cmd += COMPENSATED
     cmd += tb.worker_argv("hora", c["model"], args.width, steps, warmup, mode=c["mode"],
                           max_staleness=c["max_staleness"], straggler=c["straggler"], momentum=c["momentum"],
                           fp16=c["label"].endswith(" fp16"),

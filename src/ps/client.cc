@@ -50,6 +50,7 @@ PsJob PsJob::fromEnvironment() {
   job.hostname = id.hostname;
   job.rendezvous = bootstrap::horarunStore(env, 2);  // the servers are always peers
   job.options = common::communicatorOptionsFrom(env);
+  job.compensate_momentum = env.getBool("HORA_PS_COMPENSATE_MOMENTUM");
   return job;
 }
 
@@ -483,15 +484,28 @@ int psOptimizerSlots(const PsOptions& options) {
   return static_cast<int>(ps::slotsOf(wireOptimizer(options.optimizer), options.centered));
 }
 
+namespace {
+
+// The momentum the servers apply where the optimizer asks for `momentum` (PsJob::compensate_momentum).
+double appliedMomentum(const PsJob& job, const PsOptions& options, double momentum) {
+  if (!job.compensate_momentum || options.mode != PsMode::kAsync) return momentum;
+  return std::max(0.0, momentum - (1.0 - 1.0 / job.workers));
+}
+
+}  // namespace
+
 std::string asyncMomentumWarning(int workers, double momentum) {
+  // With the compensation the servers apply less: nothing to warn of.
   if (workers < 4 || momentum < 0.9) return "";
+  if (common::Env::fromProcess().getBool("HORA_PS_COMPENSATE_MOMENTUM")) return "";
   const double implicit = 1.0 - 1.0 / workers;
   char figures[160];
   std::snprintf(figures, sizeof(figures), "%d workers and momentum %g: asynchrony alone acts as momentum of about "
                 "1 - 1/%d = %.2f", workers, momentum, workers, implicit);
   return std::string("ps-async with ") + figures + ", and the two compound (8 workers with momentum 0.9 "
-         "collapsed to a constant output where 0.5 converged); consider a momentum of 0.5 or less, or a smaller "
-         "lr. See docs/parameter_servers.md, section \"ps-async and momentum: why 8 workers collapsed\"";
+         "collapsed to a constant output where 0.5 converged); consider a momentum of 0.5 or less, a smaller "
+         "lr, or HORA_PS_COMPENSATE_MOMENTUM=1. See docs/parameter_servers.md, section \"ps-async and "
+         "momentum: why 8 workers collapsed\"";
 }
 
 ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector<size_t>& tensor_elements,
@@ -504,6 +518,7 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
   s.job = job;
   s.job.options.spin = s.job.options.shm_spin = std::chrono::microseconds(0);  // see quiet() in server.cc
   s.options = options;
+  s.options.momentum = appliedMomentum(job, options, options.momentum);
   s.elements = tensor_elements;
   s.plan = ps::planShards(tensor_elements, job.servers);
   const auto deadline = common::Deadline::after(job.options.timeout);
@@ -515,7 +530,7 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
     s.buffers.emplace_back(s.plan.shardElements(static_cast<size_t>(k)));
     s.wire.emplace_back(options.fp16 ? s.buffers.back().size() : 0);
   }
-  ps::Registration r = registrationOf(job, options, tensor_elements);
+  ps::Registration r = registrationOf(job, s.options, tensor_elements);
   if (initial_state) {
     r.slots = static_cast<uint32_t>(initial_state->slots.size());
     r.optimizer_step = initial_state->step;
@@ -563,7 +578,7 @@ int ParameterServerClient::optimizerSlots() const { return psOptimizerSlots(impl
 void ParameterServerClient::setSgd(double lr, double momentum) {
   std::lock_guard lock(impl_->mutex);
   impl_->options.lr = lr;
-  impl_->options.momentum = momentum;
+  impl_->options.momentum = appliedMomentum(impl_->job, impl_->options, momentum);
 }
 
 void ParameterServerClient::ready(size_t tensor, const float* gradient) {

@@ -23,9 +23,11 @@ HORARUN = os.environ.get("HORA_HORARUN") or os.path.join(os.path.dirname(sys.exe
 START = ["--start-timeout", "300"]
 
 
-def horarun(np_, servers, script, out_dir, *args, timeout=400):
+def horarun(np_, servers, script, out_dir, *args, timeout=400, knobs=None):
+    """`knobs`: hora's variables to set in horarun's environment, which its processes take."""
     return subprocess.run([HORARUN, "-np", str(np_), "--servers", str(servers), *START, sys.executable, str(script),
-                           str(out_dir), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+                           str(out_dir), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(knobs or {})})
 
 
 # ---- ps-sync against numpy and against allreduce ----
@@ -191,17 +193,22 @@ ASYNC = textwrap.dedent("""
 
 @pytest.mark.parametrize("optimizer,compression", [("sgd", "none"), ("adam", "none"), ("adagrad", "none"),
                                                    ("rmsprop", "none"), ("sgd", "fp16"), ("sgd_wd", "none"),
-                                                   ("adamw", "none")])
+                                                   ("adamw", "none"), ("rmsprop compensated", "none")])
 def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer, compression):
     """fp16: the pushes travel as float16; the servers apply them in float32 and answer with
-    float32 parameters."""
+    float32 parameters. compensated (HORA_PS_COMPENSATE_MOMENTUM=1): the servers apply momentum
+    m - (1 - 1/2), at least 0, where the optimizer asks for m."""
     script = tmp_path / "async.py"
     script.write_text(ASYNC)
     steps = 10
-    out = horarun(2, 1, script, tmp_path, steps, "none", optimizer, compression)
+    compensated = optimizer.endswith(" compensated")
+    optimizer = optimizer.split()[0]
+    out = horarun(2, 1, script, tmp_path, steps, "none", optimizer, compression,
+                  knobs={"HORA_PS_COMPENSATE_MOMENTUM": "1"} if compensated else None)
     assert out.returncode == 0, out.stdout + out.stderr
     expect_a_replay_of_the_servers_order([json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)],
-                                         steps, optimizer=optimizer, fp16=compression == "fp16")
+                                         steps, optimizer=optimizer, fp16=compression == "fp16",
+                                         taken_away=0.5 if compensated else 0.0)
     # Momentum 0.9 (RMSprop's) with 2 workers is no hazard: no warning.
     assert "asynchrony alone acts as momentum" not in out.stderr, out.stderr
 
@@ -211,8 +218,10 @@ class TorchServer:
     of worker step s at lr 0.05 / s, t the server's count of applied pushes. Weight decay 0.3:
     SGD's added to the gradient, AdamW's taken from the parameters first."""
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer, taken_away=0.0):
+        """taken_away: from SGD's and RMSprop's momentum (HORA_PS_COMPENSATE_MOMENTUM)."""
         self.optimizer = optimizer
+        self.taken_away = taken_away
         self.v, self.m2, self.mean = np.zeros(50), np.zeros(50), np.zeros(50)
         if optimizer == "adagrad":
             self.m2 += 0.2  # initial_accumulator_value
@@ -233,9 +242,10 @@ class TorchServer:
         if self.optimizer == "rmsprop":  # alpha 0.9, eps 1e-3, centered, momentum 0.9 then 0.5
             self.m2 = 0.9 * self.m2 + 0.1 * g * g
             self.mean = 0.9 * self.mean + 0.1 * g
-            self.v = (0.9 if s <= 5 else 0.5) * self.v + g / (np.sqrt(self.m2 - self.mean ** 2) + 1e-3)
+            momentum = max(0.0, (0.9 if s <= 5 else 0.5) - self.taken_away)
+            self.v = momentum * self.v + g / (np.sqrt(self.m2 - self.mean ** 2) + 1e-3)
             return p - lr * self.v
-        self.v = (0.5 if s <= 5 else 0.25) * self.v + g  # SGD
+        self.v = max(0.0, (0.5 if s <= 5 else 0.25) - self.taken_away) * self.v + g  # SGD
         return p - lr * self.v
 
 
@@ -253,7 +263,8 @@ def replay(pushes, optimizer, fp16, server=None):
     return states
 
 
-def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd", fp16=False, connect_lazily=True):
+def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd", fp16=False, connect_lazily=True,
+                                         taken_away=0.0):
     """Each worker's log (the ASYNC script's) agrees with the servers' optimizer (TorchServer: SGD
     with momentum 0.5, 0.25 after step 5, also with weight decay; Adam; AdamW; Adagrad; centered
     RMSprop with momentum) applying
@@ -265,7 +276,7 @@ def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd
         assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
-    server = TorchServer(optimizer)
+    server = TorchServer(optimizer, taken_away)
     states = replay(pushes, optimizer, fp16, server)
     if fp16:  # the rounding is seen: the replay of unrounded pushes misses the last answer
         last = max(pushes)
@@ -643,7 +654,8 @@ def test_the_momentum_warning_comes_once_and_from_rank_0(monkeypatch):
     assert [str(w.message) for w in caught] == [
         'ps-async with 4 workers and momentum 0.9: asynchrony alone acts as momentum of about 1 - 1/4 = 0.75, and '
         'the two compound (8 workers with momentum 0.9 collapsed to a constant output where 0.5 converged); '
-        'consider a momentum of 0.5 or less, or a smaller lr. See docs/parameter_servers.md, section '
+        'consider a momentum of 0.5 or less, a smaller lr, or HORA_PS_COMPENSATE_MOMENTUM=1. See '
+        'docs/parameter_servers.md, section '
         '"ps-async and momentum: why 8 workers collapsed"']
 
 
@@ -684,6 +696,16 @@ def test_ps_async_warns_of_momentum_once_in_a_job_of_4(tmp_path):
     out = horarun(4, 1, script, tmp_path, 2, "none", "rmsprop")
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stderr.count("asynchrony alone acts as momentum of about 1 - 1/4 = 0.75") == 1, out.stderr
+
+
+def test_ps_async_does_not_warn_of_momentum_it_compensates(tmp_path):
+    """HORA_PS_COMPENSATE_MOMENTUM=1: RMSprop with momentum 0.9 and 4 workers, applied as 0.15 by
+    the servers, is no hazard to warn of."""
+    script = tmp_path / "async.py"
+    script.write_text(ASYNC)
+    out = horarun(4, 1, script, tmp_path, 2, "none", "rmsprop", knobs={"HORA_PS_COMPENSATE_MOMENTUM": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "asynchrony alone acts as momentum" not in out.stderr, out.stderr
 
 
 @pytest.mark.parametrize("optimizer,warns", [("rmsprop", True), ("sgd", False)])
