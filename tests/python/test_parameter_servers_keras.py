@@ -264,10 +264,10 @@ CHECKPOINT = textwrap.dedent("""
         model.compile(optimizer=optimizer, loss="mse")
         return model
 
-    def slots(optimizer):  # the optimizer's variables but the step count and learning rate, as lists
+    def slots(optimizer):  # the optimizer's variables but the step count and learning rate, in its order
         variables = optimizer.variables() if callable(optimizer.variables) else optimizer.variables
         arrays = [np.asarray(v.numpy()) for v in variables]
-        return sorted(a.ravel().tolist() for a in arrays if a.dtype == np.float32 and a.ndim)
+        return [a.ravel().tolist() for a in arrays if a.dtype == np.float32 and a.ndim]
 
     def weights(model):
         return [a.ravel().tolist() for a in model.get_weights()]
