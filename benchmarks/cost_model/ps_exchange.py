@@ -11,8 +11,8 @@ drift apart until one worker's push overlaps another's reply. So after a first e
 common start, every worker exchanges for a common span of wall time, --warmup + --iters times as
 long as the slowest first exchange, and times those of its exchanges that lie wholly in the last
 --iters of it: every worker is still exchanging then. (3 exchanges from a common start, as timed
-before, measured that drift: 8 workers' exchanges of 4 MiB at 1 Gbit/s took 0.44-0.54, 0.34-0.43,
-then 0.26-0.32 s.)
+before, measured that drift: 8 workers' exchanges of 4 MiB at 1 Gbit/s took 0.37-0.54, 0.31-0.43,
+then 0.26-0.32 s in one run.)
 
 usage: ps_exchange.py --bytes N --mode ps-sync|ps-async --iters N --warmup N --out PREFIX
 """
