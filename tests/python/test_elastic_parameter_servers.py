@@ -193,14 +193,13 @@ def cpp_elastic_train():
 CPP_STEP = re.compile(r"<stdout>:step (\d+) gen=(\d+) rank=(\d+) size=(\d+) pid=(\d+)")
 
 
-def test_cpp_frontend_a_killed_server_re_forms_the_job_and_its_optimizer_connects_to_the_new_servers(tmp_path):
-    """hora::torch's DistributedOptimizer in ps-sync in an elastic job: the server of generation 0
-    is SIGKILLed; every worker's step fails, restores its last commit, joins generation 1 and makes
-    its optimizer again, which connects to generation 1's server (not to the dead one, nor waits
-    for it); training finishes every step at size 3, every rank with the same parameters."""
+def run_cpp_job_killing_its_server(tmp_path, *example_args):
+    """The C++ example on 3 workers (127.0.0.1:2, 127.0.0.2:1) with 1 server, 120 steps committed
+    every 5, the server of generation 0 SIGKILLed after step 20: the job's output, once it ended
+    with 0 and horarun named the server, and the steps each worker reset to."""
     job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "1", "-H", "127.0.0.1:2,127.0.0.2:1"],
               tmp_path, steps=120, program=[cpp_elastic_train(), "--steps", "120", "--commit-every", "5",
-                                            "--mode", "ps-sync"])
+                                            *example_args])
     job.wait_for(lambda line: (m := CPP_STEP.search(line)) and m[2] == "0" and int(m[1]) >= 20)
     pid = server_pid(job.proc.pid, 0, 0)
     assert pid, "parameter server 0 of generation 0 is not a child of horarun"
@@ -209,6 +208,15 @@ def test_cpp_frontend_a_killed_server_re_forms_the_job_and_its_optimizer_connect
     assert code == 0, output
     assert f"parameter server 0 (host 127.0.0.1, pid {pid}) of generation 0 was killed by signal 9" in output, output
     resets = re.findall(r"<stdout>:reset to step (\d+) after: ", output)
+    return output, resets
+
+
+def test_cpp_frontend_a_killed_server_re_forms_the_job_and_its_optimizer_connects_to_the_new_servers(tmp_path):
+    """hora::torch's DistributedOptimizer in ps-sync in an elastic job: the server of generation 0
+    is SIGKILLed; every worker's step fails, restores its last commit, joins generation 1 and makes
+    its optimizer again, which connects to generation 1's server (not to the dead one, nor waits
+    for it); training finishes every step at size 3, every rank with the same parameters."""
+    output, resets = run_cpp_job_killing_its_server(tmp_path, "--mode", "ps-sync")
     assert len(resets) == 3 and len(set(resets)) == 1 and int(resets[0]) % 5 == 0, output[-3000:]
     assert re.search(r"<stdout>:step 120 gen=1 rank=0 size=3 ", output), output[-3000:]
     assert len(re.findall(r"<stdout>:done rank=\d size=3 loss=0\.00\d+ identical=yes", output)) == 3, output[-3000:]
@@ -220,17 +228,7 @@ def test_cpp_frontend_ps_async_a_re_formed_job_s_new_server_starts_from_the_comm
     restore the commit and make their optimizer again with that state, which the new server takes
     as its start: its step count goes on from the commit's (a fresh server's would count
     generation 1's pushes alone) and the restored moments are not zero."""
-    job = Job(["-np", "3", "--min-np", "2", "--max-np", "3", "--servers", "1", "-H", "127.0.0.1:2,127.0.0.2:1"],
-              tmp_path, steps=120, program=[cpp_elastic_train(), "--steps", "120", "--commit-every", "5",
-                                            "--mode", "ps-async", "--optimizer", "adam"])
-    job.wait_for(lambda line: (m := CPP_STEP.search(line)) and m[2] == "0" and int(m[1]) >= 20)
-    pid = server_pid(job.proc.pid, 0, 0)
-    assert pid, "parameter server 0 of generation 0 is not a child of horarun"
-    os.kill(pid, signal.SIGKILL)
-    code, output = job.finish()
-    assert code == 0, output
-    assert f"parameter server 0 (host 127.0.0.1, pid {pid}) of generation 0 was killed by signal 9" in output, output
-    resets = re.findall(r"<stdout>:reset to step (\d+) after: ", output)
+    output, resets = run_cpp_job_killing_its_server(tmp_path, "--mode", "ps-async", "--optimizer", "adam")
     assert len(resets) == 3 and int(resets[0]) % 5 == 0, output[-3000:]
     committed = int(re.search(r"\[0\]<stdout>:optimizer state at step (\d+): steps=(\d+) moments=([\d.]+)",
                               output.split("reset to step")[-1])[1])
