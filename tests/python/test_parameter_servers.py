@@ -605,6 +605,77 @@ def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optim
         assert not np.allclose(resumed[key].numpy(), reference["restarted"][key].numpy(), rtol=1e-4, atol=1e-5)
 
 
+# ---- float16 and bfloat16 parameters: float32 on the servers ----
+
+HALF = textwrap.dedent("""
+    import json, sys, torch
+    import hora.torch as hvd
+    out, mode, dtype = sys.argv[1], sys.argv[2], getattr(torch, sys.argv[3])
+    hvd.init()
+    r = hvd.rank()
+    p = torch.nn.Parameter(torch.ones(64, dtype=dtype))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), named_parameters=[("p", p)], mode=mode)
+    g = (torch.arange(1, 65, dtype=torch.float64) * torch.finfo(dtype).eps / 8 * (r + 1)).to(dtype)
+    grads = []
+    for s in range(10):
+        opt.zero_grad()
+        if s % 2:  # the hooks' path (twice the gradient) and synchronize()'s
+            (p * g * 2).sum().backward()
+        else:
+            p.grad = g.clone()
+        opt.synchronize()
+        grads.append(p.grad.double().tolist())
+        with opt.skip_synchronize():
+            opt.step()
+    hvd.barrier()  # every push applied: a last push of nothing brings the servers' parameters
+    opt.zero_grad()
+    p.grad = torch.zeros_like(p)
+    opt.step()
+    json.dump({"grads": grads, "params": p.double().tolist()}, open(f"{out}/rank{r}.json", "w"))
+""")
+
+
+@pytest.mark.parametrize("mode", ["ps-sync", "ps-async"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_parameters_meet_float32_on_the_servers(tmp_path, mode, dtype):
+    """2 workers, SGD (lr 0.1) on a float16 or bfloat16 parameter of ones, gradients k x eps / 8
+    x (rank + 1), twice that at odd steps, k = 1..64 (eps: the dtype's spacing at 1). ps-sync: every worker's .grad is the mean rounded to the
+    parameter's dtype (exact: two such values add exactly in float32), and the parameters step in
+    their dtype as torch steps them. ps-async: the servers' float32 master weights take all 20
+    pushes, so the parameters end at 1 - 0.1 x 10 x the two gradients, rounded once, where pushes
+    applied in the parameter's dtype leave the smallest entries at exactly 1."""
+    torch = pytest.importorskip("torch")
+    script = tmp_path / "half.py"
+    script.write_text(HALF)
+    out = horarun(2, 1, script, tmp_path, mode, dtype)
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    dt = getattr(torch, dtype)
+    g = [torch.arange(1, 65, dtype=torch.float64) * torch.finfo(dt).eps / 8 * (r + 1) for r in range(2)]
+    factors = [1 + s % 2 for s in range(10)]
+    if mode == "ps-sync":
+        reference = torch.ones(64, dtype=dt)
+        means = []
+        for f in factors:
+            means.append(((g[0] + g[1]) * f / 2).to(dt))
+            reference.add_(means[-1], alpha=-0.1)
+        for run in runs:
+            assert run["grads"] == [m.double().tolist() for m in means]
+            assert run["params"] == reference.double().tolist()
+        return
+    expected = (1 - 0.1 * sum(factors) * (g[0] + g[1])).to(dt).double()
+    in_dtype = torch.ones(64, dtype=dt)
+    for f in factors:
+        for gr in g:
+            in_dtype.add_((gr * f).to(dt), alpha=-0.1)
+    for run in runs:
+        params = torch.tensor(run["params"], dtype=torch.float64)
+        assert (params - expected).abs().max().item() <= torch.finfo(dt).eps, (params, expected)
+        # Where a single push is under half the dtype's spacing, only the float32 masters move.
+        unmoved = in_dtype.double() == 1
+        assert unmoved[:4].all() and (params[unmoved] < 1).all(), (params, in_dtype)
+
+
 # ---- arguments, without a job ----
 
 def test_mode_arguments_are_checked():
@@ -634,6 +705,9 @@ def test_mode_arguments_are_checked():
                                  mode="ps-async")
     with pytest.raises(ValueError, match="Adam has no amsgrad"):
         hvd.DistributedOptimizer(torch.optim.Adam([p], amsgrad=True), mode="ps-async")
+    with pytest.raises(ValueError, match="takes float32, float16 or bfloat16 CPU parameters.*p is torch.float64"):
+        d = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+        hvd.DistributedOptimizer(torch.optim.SGD([d], lr=0.1), named_parameters=[("p", d)], mode="ps-sync")
     with pytest.raises(ValueError, match="has no nesterov"):
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1, momentum=0.9, nesterov=True), mode="ps-async")
 

@@ -15,7 +15,8 @@ A hook on each parameter's gradient accumulator hands the gradient to the client
 step's last backward pass has produced it, so the pushes go out while the backward pass goes on
 (Note [overlapped pushes] in src/ps/client.cc); step() (or synchronize()) pushes whatever no hook
 handed over and waits for the servers' answers. compression=Compression.fp16 sends the pushes (and
-ps-sync's answers) as float16; the servers compute in float32.
+ps-sync's answers) as float16; the servers compute in float32, also for float16 and bfloat16
+parameters (whose float32 copies on the servers are then ps-async's master weights).
 
 In an elastic job a failed exchange (a server or a worker died) raises HoraInternalError, so that
 hvd.elastic.run restores the last commit and re-forms the job; the first step after that connects
@@ -97,6 +98,11 @@ def _slot_names(options):
             }[options["name"]]
 
 
+# The parameters' dtypes the servers take (Note [half-precision parameters]). float64 is not among
+# them: its gradients would be summed and applied in float32, a silent loss of precision.
+_SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
 class _ParameterServerOptimizer(HookedOptimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step, op, mode, max_staleness,
                  server_options):  # server_options: server_optimizer's answer, or None (ps-sync)
@@ -105,11 +111,20 @@ class _ParameterServerOptimizer(HookedOptimizer):
         self._mode = mode
         self._params = [p for p in all_params if p.requires_grad]
         for p in self._params:
-            if p.dtype != torch.float32 or p.device.type != "cpu":
-                raise ValueError(f"mode={mode!r} takes float32 CPU parameters; "
-                                 f"{self._parameter_names[p]} is {p.dtype} on {p.device}")
+            if p.dtype not in _SERVED_DTYPES or p.device.type != "cpu":
+                raise ValueError(f"mode={mode!r} takes float32, float16 or bfloat16 CPU parameters (the servers "
+                                 f"compute in float32); {self._parameter_names[p]} is {p.dtype} on {p.device}")
             if not p.data.is_contiguous():
                 p.data = p.data.contiguous()
+        # Note [half-precision parameters]: the servers hold float32. A float16 or bfloat16
+        # parameter's gradient goes to them through a float32 copy, and ps-async's answer comes
+        # back into a float32 copy of the parameter (rounded into the model after each step), so
+        # the servers' parameters are float32 master weights: updates smaller than the
+        # parameter's precision add up there instead of rounding away.
+        narrow = [p for p in self._params if p.dtype != torch.float32]
+        self._wide_grads = {p: torch.empty(p.shape, dtype=torch.float32) for p in narrow}
+        self._masters = {p: torch.empty(p.shape, dtype=torch.float32) for p in narrow} if mode == PS_ASYNC else {}
+        self._widened = set()  # the parameters whose gradient of this step the hooks copied already
         self._index = {p: i for i, p in enumerate(self._params)}
         self.parameter_server_step = None  # the last step's PsStep
         self._step_begun = False  # a hook handed a gradient of this step to the client
@@ -129,7 +144,7 @@ class _ParameterServerOptimizer(HookedOptimizer):
             # Copies, which the registration overwrites with the servers' parameters: a hook may
             # connect in the middle of the backward pass, which still reads the parameters. The
             # step's reply brings the servers' parameters into the model.
-            registered = [p.data.clone() for p in self._params]
+            registered = [p.data.to(torch.float32, copy=True) for p in self._params]
             initial = [t.data_ptr() for t in registered]
             if any(self.state.get(p) for p in self._params):
                 step, slots = self._server_state()
@@ -152,7 +167,7 @@ class _ParameterServerOptimizer(HookedOptimizer):
                 t = state.get(name)
                 if t is None:  # where torch starts it (Adagrad's sum: at initial_accumulator_value)
                     start = options.get("initial_accumulator_value", 0.0) if name == "sum" else 0.0
-                    t = torch.full_like(p.data, start, memory_format=torch.contiguous_format)
+                    t = torch.full(p.shape, start, dtype=torch.float32)
                 elif t.shape != p.shape:
                     raise ValueError(f"mode='ps-async': the optimizer's {name!r} of {self._parameter_names[p]} has "
                                      f"shape {tuple(t.shape)}, the parameter {tuple(p.shape)}")
@@ -191,8 +206,12 @@ class _ParameterServerOptimizer(HookedOptimizer):
                 return
             self._handles[p] = index
             grad = p.grad
-            if grad is None or grad.is_sparse or not grad.is_contiguous() or grad.dtype != torch.float32:
-                return  # synchronize() makes it a dense float32 one and pushes it
+            if grad is None or grad.is_sparse or not grad.is_contiguous():
+                return  # synchronize() makes it a dense one and pushes it
+            if p in self._wide_grads:
+                grad = self._wide_grads[p]
+                grad.copy_(p.grad)
+                self._widened.add(p)
             self._begin_step()
             self._client.ready(index, grad.data_ptr())
 
@@ -228,13 +247,21 @@ class _ParameterServerOptimizer(HookedOptimizer):
                 p.grad = p.grad.to_dense()
             if not p.grad.is_contiguous():
                 p.grad = p.grad.contiguous()
-            grads.append(p.grad)
-        outputs = grads if self._mode == PS_SYNC else [p.data for p in self._params]
+            wide = self._wide_grads.get(p)
+            if wide is not None and p not in self._widened:
+                wide.copy_(p.grad)
+            grads.append(p.grad if wide is None else wide)
+        outputs = grads if self._mode == PS_SYNC else [self._masters.get(p, p.data) for p in self._params]
         self._begin_step()
         try:
             with torch.no_grad():
                 self.parameter_server_step = self._client.step([g.data_ptr() for g in grads],
                                                                [o.data_ptr() for o in outputs])
+                for p, wide in self._wide_grads.items():  # the answers, rounded into the model
+                    if self._mode == PS_SYNC:
+                        p.grad.copy_(wide)
+                    else:
+                        p.data.copy_(self._masters[p])
         except HoraInternalError:
             if elastic_place() is not None:
                 # The job re-forms with new servers: the old ones that live hear this worker's
@@ -280,6 +307,7 @@ class _ParameterServerOptimizer(HookedOptimizer):
         """The hooks' count of backward passes and what they handed over start again."""
         self._step_begun = False
         self._handles.clear()
+        self._widened.clear()
         for p in self._allreduce_delay:
             self._allreduce_delay[p] = self.backward_passes_per_step
 
