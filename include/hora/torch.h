@@ -233,7 +233,13 @@ class DistributedOptimizer {
     bool in_flight = false;
     TensorHandle handle;
     at::Tensor wire;        // what travels: the gradient, or its float16 copy
-    int64_t elements = 0;   // ps modes: its size, as registered with the servers
+    int64_t elements = 0;   // ps modes: its size and dtype, as registered with the servers
+    at::ScalarType dtype = at::kFloat;
+    // ps modes, float16 and bfloat16 parameters: the servers hold float32 (Note [half-precision
+    // parameters] in src/torch/training.cc).
+    at::Tensor wide_grad;   // the gradient's float32 copy, pushed (ps-sync: also the answer)
+    at::Tensor master;      // kPsAsync: the servers' parameters, rounded into `tensor` after each step
+    bool widened = false;   // wide_grad holds this step's gradient (the hook copied it)
   };
 
   void onGradient(size_t index);  // called by the hook of parameter `index`
@@ -241,6 +247,7 @@ class DistributedOptimizer {
   void connectToServers(const PsOptions& options);  // the ps modes' part of the constructor
   std::vector<at::Tensor> tensors() const;            // the parameters, in params_' order
   void pushToServers();       // the ps modes' synchronize(), under mutex_
+  void roundIntoModel();      // the servers' float32 answer into float16 and bfloat16 parameters
   void readyForServers(size_t index);  // the ps modes' hook, under mutex_
 
   std::shared_ptr<::torch::optim::Optimizer> optimizer_;

@@ -23,7 +23,7 @@ StateT& stateOf(::torch::optim::Optimizer& optimizer, const at::Tensor& p) {
 
 // `t` as a slot of `p`: defined (filled with `start` if not), contiguous float32, p's shape.
 at::Tensor slotOf(const at::Tensor& t, const at::Tensor& p, double start) {
-  if (!t.defined()) return at::full_like(p, start, at::MemoryFormat::Contiguous);
+  if (!t.defined()) return at::full(p.sizes(), start, p.options().dtype(at::kFloat));
   if (!t.sizes().equals(p.sizes()))
     throw InvalidArgumentError("DistributedOptimizer: an optimizer state tensor of shape " + c10::str(t.sizes()) +
                                " belongs to a parameter of shape " + c10::str(p.sizes()));

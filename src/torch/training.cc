@@ -360,12 +360,17 @@ void DistributedOptimizer::onGradient(size_t index) {
 }
 
 // The gradient's push may begin while the backward pass goes on (Note [overlapped pushes] in
-// src/ps/client.cc); one that is not a dense contiguous float32 tensor yet is pushed by step().
+// src/ps/client.cc); one that is not a dense contiguous tensor yet is pushed by step().
 void DistributedOptimizer::readyForServers(size_t index) {
   Parameter& p = params_[index];
   p.in_flight = true;
   const at::Tensor& grad = p.tensor.grad();
-  if (!grad.defined() || grad.is_sparse() || !grad.is_contiguous() || grad.scalar_type() != at::kFloat) return;
+  if (!grad.defined() || grad.is_sparse() || !grad.is_contiguous()) return;
+  if (p.wide_grad.defined()) {
+    ::torch::NoGradGuard no_grad;
+    p.wide_grad.copy_(grad);
+    p.widened = true;
+  }
   if (!step_begun_ && options_.mode == Exchange::kPsAsync) {
     // Before the step's first push: its lr and momentum, as a scheduler left them.
     PsOptions now;
@@ -373,7 +378,7 @@ void DistributedOptimizer::readyForServers(size_t index) {
     servers_->setSgd(now.lr, now.momentum);
   }
   step_begun_ = true;
-  servers_->ready(index, grad.data_ptr<float>());
+  servers_->ready(index, (p.wide_grad.defined() ? p.wide_grad : grad).data_ptr<float>());
 }
 
 void DistributedOptimizer::startAllreduce(Parameter& p) {
@@ -396,19 +401,32 @@ void DistributedOptimizer::startAllreduce(Parameter& p) {
   p.in_flight = true;
 }
 
+// Note [half-precision parameters]: the servers hold float32. A float16 or bfloat16 parameter's
+// gradient goes to them through a float32 copy, and kPsAsync's answer comes back into a float32
+// copy of the parameter (rounded into the model after each step), so the servers' parameters are
+// float32 master weights: updates smaller than the parameter's precision add up there instead of
+// rounding away. float64 is refused: the servers would sum and apply it in float32.
 void DistributedOptimizer::connectToServers(const PsOptions& options) {
   std::vector<size_t> elements;
   std::vector<float*> initial;  // kPsAsync: every worker starts from the servers' (worker 0's)
   for (Parameter& p : params_) {
-    if (p.tensor.scalar_type() != at::kFloat || !p.tensor.device().is_cpu()) {
+    const at::ScalarType dtype = p.tensor.scalar_type();
+    if ((dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) || !p.tensor.device().is_cpu()) {
       throw InvalidArgumentError(std::string("DistributedOptimizer: mode ") + nameOf(options_.mode) +
-                                 " takes float32 CPU parameters; " + p.name.substr(10) + " is " +
-                                 c10::toString(p.tensor.scalar_type()) + " on " + p.tensor.device().str());
+                                 " takes float32, float16 or bfloat16 CPU parameters (the servers compute in "
+                                 "float32); " + p.name.substr(10) + " is " + c10::toString(dtype) + " on " +
+                                 p.tensor.device().str());
     }
     if (!p.tensor.is_contiguous()) p.tensor.set_data(p.tensor.detach().contiguous());
     p.elements = p.tensor.numel();
+    p.dtype = dtype;
     elements.push_back(static_cast<size_t>(p.elements));
-    if (options.mode == PsMode::kAsync) initial.push_back(p.tensor.data_ptr<float>());
+    if (dtype != at::kFloat) {
+      p.wide_grad = at::empty(p.tensor.sizes(), p.tensor.options().dtype(at::kFloat));
+      if (options.mode == PsMode::kAsync) p.master = p.tensor.detach().to(at::kFloat);
+    }
+    if (options.mode == PsMode::kAsync)
+      initial.push_back((p.master.defined() ? p.master : p.tensor).data_ptr<float>());
   }
   server_options_ = options;
   std::optional<PsOptimizerState> state;  // kPsAsync: the optimizer's, loaded from a checkpoint
@@ -422,6 +440,20 @@ void DistributedOptimizer::connectToServers(const PsOptions& options) {
     job = job.inGeneration(me.generation, me.rank, me.size);
   }
   servers_ = std::make_unique<ParameterServerClient>(job, elements, options, initial, state ? &*state : nullptr);
+  // kPsAsync: the registration wrote the servers' parameters into the masters.
+  if (options.mode == PsMode::kAsync) roundIntoModel();
+}
+
+void DistributedOptimizer::roundIntoModel() {
+  ::torch::NoGradGuard no_grad;
+  for (Parameter& p : params_) {
+    if (!p.wide_grad.defined()) continue;
+    if (options_.mode == Exchange::kPsSync) {
+      p.tensor.mutable_grad().copy_(p.wide_grad);
+    } else {
+      p.tensor.copy_(p.master);
+    }
+  }
 }
 
 std::vector<at::Tensor> DistributedOptimizer::tensors() const {
@@ -441,14 +473,14 @@ void DistributedOptimizer::pullServerState() {
 }
 
 // The parameters' storage is read and written through raw pointers, so each must still be the
-// contiguous float32 tensor of the size registered with the servers.
+// contiguous tensor of the dtype and size registered with the servers.
 void DistributedOptimizer::pushToServers() {
   std::vector<const float*> gradients;
   std::vector<float*> outputs;
   for (Parameter& p : params_) {
-    if (!p.tensor.is_contiguous() || p.tensor.scalar_type() != at::kFloat || p.tensor.numel() != p.elements) {
-      throw InvalidArgumentError("DistributedOptimizer: " + p.name.substr(10) + " is no longer a contiguous float32 "
-                                 "tensor of " + std::to_string(p.elements) +
+    if (!p.tensor.is_contiguous() || p.tensor.scalar_type() != p.dtype || p.tensor.numel() != p.elements) {
+      throw InvalidArgumentError("DistributedOptimizer: " + p.name.substr(10) + " is no longer a contiguous " +
+                                 c10::toString(p.dtype) + " tensor of " + std::to_string(p.elements) +
                                  " elements, as registered with the parameter servers");
     }
     at::Tensor& grad = p.tensor.mutable_grad();
@@ -458,8 +490,14 @@ void DistributedOptimizer::pushToServers() {
       grad = grad.to_dense();
     }
     if (!grad.is_contiguous()) grad = grad.contiguous();
-    gradients.push_back(grad.data_ptr<float>());
-    outputs.push_back(options_.mode == Exchange::kPsSync ? grad.data_ptr<float>() : p.tensor.data_ptr<float>());
+    if (p.wide_grad.defined() && !p.widened) {
+      ::torch::NoGradGuard no_grad;
+      p.wide_grad.copy_(grad);
+    }
+    const at::Tensor& pushed = p.wide_grad.defined() ? p.wide_grad : grad;
+    const at::Tensor& parameters = p.master.defined() ? p.master : p.tensor;
+    gradients.push_back(pushed.data_ptr<float>());
+    outputs.push_back(options_.mode == Exchange::kPsSync ? pushed.data_ptr<float>() : parameters.data_ptr<float>());
   }
   // The servers apply this push with the optimizer's lr and momentum now, unless a hook began it:
   // a scheduler's changes reach them.
@@ -472,9 +510,11 @@ void DistributedOptimizer::pushToServers() {
   step_begun_ = false;
   for (Parameter& p : params_) {
     p.in_flight = false;
+    p.widened = false;
     p.passes_left = options_.backward_passes_per_step;
   }
   ps_step_ = servers_->step(gradients, outputs);
+  roundIntoModel();
 }
 
 void DistributedOptimizer::synchronize() {

@@ -637,17 +637,23 @@ HALF = textwrap.dedent("""
 
 @pytest.mark.parametrize("mode", ["ps-sync", "ps-async"])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_half_precision_parameters_meet_float32_on_the_servers(tmp_path, mode, dtype):
-    """2 workers, SGD (lr 0.1) on a float16 or bfloat16 parameter of ones, gradients k x eps / 8
-    x (rank + 1), twice that at odd steps, k = 1..64 (eps: the dtype's spacing at 1). ps-sync: every worker's .grad is the mean rounded to the
-    parameter's dtype (exact: two such values add exactly in float32), and the parameters step in
-    their dtype as torch steps them. ps-async: the servers' float32 master weights take all 20
-    pushes, so the parameters end at 1 - 0.1 x 10 x the two gradients, rounded once, where pushes
-    applied in the parameter's dtype leave the smallest entries at exactly 1."""
+@pytest.mark.parametrize("frontend", ["python", "cpp"])
+def test_half_precision_parameters_meet_float32_on_the_servers(tmp_path, frontend, mode, dtype):
+    """2 workers, SGD (lr 0.1) on a float16 or bfloat16 parameter of ones; gradients k x eps / 8 x
+    (rank + 1), twice that at odd steps, k = 1..64 (eps: the dtype's spacing at 1).
+    - ps-sync: every worker's .grad is the mean rounded to the parameter's dtype (exact: two such
+      values add exactly in float32), and the parameters step in their dtype as torch steps them.
+    - ps-async: the servers' float32 master weights take all 20 pushes, so the parameters end at 1
+      - 0.1 x their sum, rounded once, where pushes applied in the parameter's dtype leave the
+      smallest entries (k < 5) at exactly 1.
+    The C++ frontend runs the same steps (its worker's `half` mode)."""
     torch = pytest.importorskip("torch")
-    script = tmp_path / "half.py"
-    script.write_text(HALF)
-    out = horarun(2, 1, script, tmp_path, mode, dtype)
+    if frontend == "python":
+        script = tmp_path / "half.py"
+        script.write_text(HALF)
+        out = horarun(2, 1, script, tmp_path, mode, dtype)
+    else:
+        out = cpp_job(2, 1, tmp_path, "half", mode, dtype)
     assert out.returncode == 0, out.stdout + out.stderr
     runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     dt = getattr(torch, dtype)

@@ -12,6 +12,8 @@
 //       or centered RMSprop at that lr, alpha 0.9, eps 1e-3, momentum 0.9 and 0.5 after step 5);
 //       worker 1 is slow; logs each step's PsStep and parameters, and at the end the servers'
 //       optimizer state (pullServerState()).
+//   hora_torch_ps_worker <out> half <ps-sync|ps-async> <bfloat16|float16>
+//       test_parameter_servers.py's HALF script: SGD (lr 0.1) on 64 parameters of that dtype.
 //
 // The initial values and data are formulas (sines of an index) that numpy computes identically.
 #include <torch/torch.h>
@@ -188,18 +190,61 @@ int runAsync(const std::string& out, int64_t max_staleness, int steps, const std
   return 0;
 }
 
+// What test_parameter_servers.py's HALF script does, through hora::torch: 10 steps of gradients
+// k x eps / 8 x (r + 1) (twice that at odd steps, through a backward pass), then after a barrier
+// a push of zeros; writes each step's .grad() and the final parameters.
+int runHalf(const std::string& out, const std::string& mode, const std::string& dtype_name) {
+  const int r = hvd::rank();
+  const at::ScalarType dtype = dtype_name == "bfloat16" ? at::kBFloat16 : at::kHalf;
+  at::Tensor p = at::ones({64}, dtype).requires_grad_(true);
+  torch::OrderedDict<std::string, at::Tensor> named;
+  named.insert("p", p);
+  auto inner = std::make_shared<torch::optim::SGD>(std::vector<at::Tensor>{p}, torch::optim::SGDOptions(0.1));
+  hvd::DistributedOptimizerOptions options;
+  options.mode = mode == "ps-sync" ? hvd::Exchange::kPsSync : hvd::Exchange::kPsAsync;
+  hvd::DistributedOptimizer optimizer(inner, named, options);
+  const double eps = dtype == at::kBFloat16 ? 1.0 / 128 : 1.0 / 1024;  // the spacing at 1
+  const at::Tensor g = (at::arange(1, 65, at::kDouble) * (eps / 8 * (r + 1))).to(dtype);
+  std::ostringstream log;
+  log << "{\"grads\": [";
+  for (int s = 0; s < 10; ++s) {
+    optimizer.zero_grad();
+    if (s % 2) {
+      (p * g * 2).sum().backward();
+    } else {
+      p.mutable_grad() = g.clone();
+    }
+    optimizer.synchronize();
+    log << (s ? ", " : "") << json(p.grad());
+    optimizer.step();  // after synchronize(): does not push again
+  }
+  hvd::barrier();  // every push applied: a last push of nothing brings the servers' parameters
+  optimizer.zero_grad();
+  p.mutable_grad() = at::zeros_like(p);
+  optimizer.step();
+  log << "], \"params\": " << json(p) << "}\n";
+  std::ofstream(out + "/rank" + std::to_string(r) + ".json") << log.str();
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
     std::cerr << "usage: " << argv[0]
-              << " <out> sync <average|sum> <steps> | <out> async <max_staleness> <steps> [sgd|sgd_wd|adam|adamw|adagrad|rmsprop]\n";
+              << " <out> sync <average|sum> <steps> | <out> async <max_staleness> <steps> [sgd|sgd_wd|adam|adamw|adagrad|rmsprop]"
+                 " | <out> half <ps-sync|ps-async> <bfloat16|float16>\n";
     return 2;
   }
   std::string out = argv[1], kind = argv[2], arg = argv[3];
   int steps = std::atoi(argv[4]);
   torch::set_num_threads(1);
   hvd::init();
+  if (kind == "half") {
+    int result = runHalf(out, arg, argv[4]);
+    hvd::shutdown();
+    return result;
+  }
   const std::string optimizer = argc == 6 ? argv[5] : "sgd";
   int result = kind == "sync" ? runSync(out, arg, steps) : runAsync(out, std::stoll(arg), steps, optimizer);
   hvd::shutdown();

@@ -514,14 +514,14 @@ TEST(ParameterServerModes, UnsupportedOptionsAreRefusedNamingTheOptionAndValue) 
   expectInvalidArgument(make(async, std::make_shared<torch::optim::AdamW>(decays, torch::optim::AdamWOptions(0.1))),
                         {"same weight_decay", "group 1", "0.01"});
 
-  // float32 CPU parameters only.
+  // float32, float16 or bfloat16 CPU parameters only: the servers would round float64 to float32.
   torch::nn::Linear doubled(3, 2);
   doubled->to(at::kDouble);
   hvd::DistributedOptimizerOptions sync;
   sync.mode = hvd::Exchange::kPsSync;
   expectInvalidArgument(
       [&] { hvd::DistributedOptimizer(sgd(doubled->parameters()), doubled->named_parameters(), sync); },
-      {"float32 CPU", "weight", "Double"});
+      {"float32, float16 or bfloat16 CPU", "weight", "Double"});
 }
 
 TEST(ParameterServerModes, AJobWithoutServersIsToldToStartThem) {
