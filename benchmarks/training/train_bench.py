@@ -118,8 +118,11 @@ def worker(args):
     batch = GLOBAL_BATCH[args.model] // size
     # The learning rate scales with the ranks when their gradients are averaged into one update.
     # In ps-async every worker's push is an update of its own, so the rate stays one process's.
-    opt = torch.optim.SGD(model.parameters(), lr=0.01 * (1 if args.mode == "ps-async" else size),
-                          momentum=args.momentum)
+    scale = 1 if args.mode == "ps-async" else size
+    if args.optimizer == "adam":  # --momentum is then Adam's beta1
+        opt = torch.optim.Adam(model.parameters(), lr=0.001 * scale, betas=(args.momentum, 0.999))
+    else:
+        opt = torch.optim.SGD(model.parameters(), lr=0.01 * scale, momentum=args.momentum)
     if kind == "hora":
         compression = hvd.Compression.fp16 if args.fp16 else hvd.Compression.none
         hvd.broadcast_parameters(model.state_dict(), 0)
@@ -295,11 +298,13 @@ def run_job(commands, ranks, timeout, grace=15):
 
 
 def worker_argv(kind, model, width, steps, warmup, threads=1, target=0.0, eval_every=50, fp16=False,
-                python=sys.executable, mode="allreduce", max_staleness=-1, straggler=0.0, momentum=0.9, give_up=600):
+                python=sys.executable, mode="allreduce", max_staleness=-1, straggler=0.0, momentum=0.9, give_up=600,
+                optimizer="sgd"):
     return [python, os.path.abspath(__file__), "--worker", kind, "--model", model, "--width", str(width),
             "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--target", str(target),
             "--eval-every", str(eval_every), "--mode", mode, "--max-staleness", str(max_staleness),
-            "--straggler", str(straggler), "--momentum", str(momentum), "--give-up", str(give_up)] + \
+            "--straggler", str(straggler), "--momentum", str(momentum), "--give-up", str(give_up),
+            "--optimizer", optimizer] + \
         (["--fp16"] if fp16 else [])
 
 
@@ -474,6 +479,7 @@ def main():
     ap.add_argument("--max-staleness", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--straggler", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--momentum", type=float, default=0.9, help=argparse.SUPPRESS)
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"], help=argparse.SUPPRESS)
     ap.add_argument("--give-up", type=float, default=600, help=argparse.SUPPRESS)  # seconds to the target
     args = ap.parse_args()
     if args.worker:

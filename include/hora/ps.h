@@ -91,8 +91,9 @@ struct PsJob {
   std::string hostname;
   RendezvousOptions rendezvous;  // the job's store
   CommunicatorOptions options;   // timeout (every wait), transport choice, chunk size
-  // HORA_PS_COMPENSATE_MOMENTUM: ps-async's servers apply SGD's and RMSprop's momentum m as
-  // max(0, m - (1 - 1/workers)), taking away what asynchrony adds by itself.
+  // HORA_PS_COMPENSATE_MOMENTUM: ps-async's servers apply SGD's and RMSprop's momentum m (and
+  // Adam's and Adamax's beta1) as max(0, m - (1 - 1/workers)), taking away what asynchrony adds
+  // by itself.
   bool compensate_momentum = false;
 
   // From HORA_RANK, HORA_SIZE, HORA_PS_SERVERS, HORA_PS_COMPENSATE_MOMENTUM, HORA_HOSTNAME and the

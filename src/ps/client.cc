@@ -519,6 +519,8 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
   s.job.options.spin = s.job.options.shm_spin = std::chrono::microseconds(0);  // see quiet() in server.cc
   s.options = options;
   s.options.momentum = appliedMomentum(job, options, options.momentum);
+  if (options.optimizer == PsOptimizer::kAdam || options.optimizer == PsOptimizer::kAdamax)
+    s.options.beta1 = appliedMomentum(job, options, options.beta1);  // the first moment's decay is a momentum
   s.elements = tensor_elements;
   s.plan = ps::planShards(tensor_elements, job.servers);
   const auto deadline = common::Deadline::after(job.options.timeout);

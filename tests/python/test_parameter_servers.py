@@ -193,11 +193,12 @@ ASYNC = textwrap.dedent("""
 
 @pytest.mark.parametrize("optimizer,compression", [("sgd", "none"), ("adam", "none"), ("adagrad", "none"),
                                                    ("rmsprop", "none"), ("sgd", "fp16"), ("sgd_wd", "none"),
-                                                   ("adamw", "none"), ("rmsprop compensated", "none")])
+                                                   ("adamw", "none"), ("rmsprop compensated", "none"),
+                                                   ("adam compensated", "none")])
 def test_ps_async_matches_a_replay_of_the_servers_order(tmp_path, optimizer, compression):
     """fp16: the pushes travel as float16; the servers apply them in float32 and answer with
     float32 parameters. compensated (HORA_PS_COMPENSATE_MOMENTUM=1): the servers apply momentum
-    m - (1 - 1/2), at least 0, where the optimizer asks for m."""
+    (Adam: beta1) m - (1 - 1/2), at least 0, where the optimizer asks for m."""
     script = tmp_path / "async.py"
     script.write_text(ASYNC)
     steps = 10
@@ -219,7 +220,7 @@ class TorchServer:
     SGD's added to the gradient, AdamW's taken from the parameters first."""
 
     def __init__(self, optimizer, taken_away=0.0):
-        """taken_away: from SGD's and RMSprop's momentum (HORA_PS_COMPENSATE_MOMENTUM)."""
+        """taken_away: from SGD's and RMSprop's momentum and Adam's beta1 (HORA_PS_COMPENSATE_MOMENTUM)."""
         self.optimizer = optimizer
         self.taken_away = taken_away
         self.v, self.m2, self.mean = np.zeros(50), np.zeros(50), np.zeros(50)
@@ -233,9 +234,10 @@ class TorchServer:
         if self.optimizer == "adamw":
             p = p * (1 - lr * 0.3)
         if self.optimizer in ("adam", "adamw"):  # betas 0.8 and 0.99, eps 1e-3
-            self.v = 0.8 * self.v + 0.2 * g
+            beta1 = max(0.0, 0.8 - self.taken_away)
+            self.v = beta1 * self.v + (1 - beta1) * g
             self.m2 = 0.99 * self.m2 + 0.01 * g * g
-            return p - lr / (1 - 0.8 ** t) * self.v / (np.sqrt(self.m2 / (1 - 0.99 ** t)) + 1e-3)
+            return p - lr / (1 - beta1 ** t) * self.v / (np.sqrt(self.m2 / (1 - 0.99 ** t)) + 1e-3)
         if self.optimizer == "adagrad":  # lr_decay 0.1, eps 1e-3
             self.m2 = self.m2 + g * g
             return p - lr / (1 + (t - 1) * 0.1) * g / (np.sqrt(self.m2) + 1e-3)
