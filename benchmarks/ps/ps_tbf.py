@@ -8,7 +8,8 @@ without a straggler. Every configuration once per round, rounds repeated (interl
                 [--workers 2 4] [--servers 1 2] [--stragglers 0 0.5] [--model cnn] [--repeat 3]
                 [--modes allreduce ps-sync ps-async 'staleness 2' 'staleness 8' ['ps-async m0.5']
                          ['ps-sync whole' 'ps-async whole'] ['allreduce fp16' 'ps-sync fp16' 'ps-async fp16']
-                         ['ps-async compensated'] ['allreduce adam' 'ps-async adam' 'ps-async adam compensated']]
+                         ['ps-async compensated'] ['allreduce adam' 'allreduce adam sqrt-lr' 'ps-async adam'
+                         'ps-async adam compensated']]
                 [--target 0.85 [--eval-every 50] [--give-up 600]]
   ps_tbf.py table FILE... [--json ALL]
 
@@ -46,10 +47,12 @@ MODES = [("allreduce", "allreduce", -1, 0.9), ("ps-sync", "ps-sync", -1, 0.9), (
          ("ps-async whole", "ps-async", -1, 0.9), ("allreduce fp16", "allreduce", -1, 0.9),
          ("ps-sync fp16", "ps-sync", -1, 0.9), ("ps-async fp16", "ps-async", -1, 0.9),
          ("ps-async compensated", "ps-async", -1, 0.9), ("allreduce adam", "allreduce", -1, 0.9),
-         ("ps-async adam", "ps-async", -1, 0.9), ("ps-async adam compensated", "ps-async", -1, 0.9)]
+         ("ps-async adam", "ps-async", -1, 0.9), ("ps-async adam compensated", "ps-async", -1, 0.9),
+         ("allreduce adam sqrt-lr", "allreduce", -1, 0.9)]
 # "... fp16": Compression.fp16 (float16 on the wire).
 # "... compensated": HORA_PS_COMPENSATE_MOMENTUM=1, the servers' momentum lowered by 1 - 1/workers.
-# "... adam": Adam (lr 0.001, scaled as SGD's 0.01 is; its beta1 is the mode's momentum) instead of SGD.
+# "... adam": Adam (lr 0.001, scaled as SGD's 0.01 is; its beta1 is the mode's momentum) instead of SGD;
+# "... adam sqrt-lr": its lr scaled by the square root of the workers instead.
 COMPENSATED = ["-x", "HORA_PS_COMPENSATE_MOMENTUM=1"]
 # "... whole": the push of a step goes out only once its whole shard is ready (parts of 1024G), not
 # in parts while the backward pass goes on: what the overlap gains.
@@ -67,6 +70,13 @@ def configurations(args):
                                    mode=mode, max_staleness=staleness, momentum=momentum)
 
 
+def optimizer_of(label):
+    """train_bench.py's --optimizer for a mode's label."""
+    if " adam" not in label:
+        return "sgd"
+    return "adam-sqrt-lr" if label.endswith(" sqrt-lr") else "adam"
+
+
 def run_one(args, c, steps, warmup):
     horarun = os.path.join(os.path.dirname(sys.executable), "horarun")
     w, s = c["workers"], c["servers"]
@@ -81,7 +91,7 @@ def run_one(args, c, steps, warmup):
         cmd += COMPENSATED
     cmd += tb.worker_argv("hora", c["model"], args.width, steps, warmup, mode=c["mode"],
                           max_staleness=c["max_staleness"], straggler=c["straggler"], momentum=c["momentum"],
-                          fp16=c["label"].endswith(" fp16"), optimizer="adam" if " adam" in c["label"] else "sgd",
+                          fp16=c["label"].endswith(" fp16"), optimizer=optimizer_of(c["label"]),
                           target=args.target, eval_every=args.eval_every, give_up=args.give_up)
     ranks = tb.run_job([(cmd, dict(os.environ))], w, args.timeout)
     for r in ranks:

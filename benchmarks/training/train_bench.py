@@ -119,7 +119,8 @@ def worker(args):
     # The learning rate scales with the ranks when their gradients are averaged into one update.
     # In ps-async every worker's push is an update of its own, so the rate stays one process's.
     scale = 1 if args.mode == "ps-async" else size
-    if args.optimizer == "adam":  # --momentum is then Adam's beta1
+    if args.optimizer in ("adam", "adam-sqrt-lr"):  # --momentum is then Adam's beta1
+        scale = scale ** 0.5 if args.optimizer == "adam-sqrt-lr" else scale
         opt = torch.optim.Adam(model.parameters(), lr=0.001 * scale, betas=(args.momentum, 0.999))
     else:
         opt = torch.optim.SGD(model.parameters(), lr=0.01 * scale, momentum=args.momentum)
@@ -479,7 +480,7 @@ def main():
     ap.add_argument("--max-staleness", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--straggler", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--momentum", type=float, default=0.9, help=argparse.SUPPRESS)
-    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam"], help=argparse.SUPPRESS)
+    ap.add_argument("--optimizer", default="sgd", choices=["sgd", "adam", "adam-sqrt-lr"], help=argparse.SUPPRESS)
     ap.add_argument("--give-up", type=float, default=600, help=argparse.SUPPRESS)  # seconds to the target
     args = ap.parse_args()
     if args.worker:
