@@ -236,7 +236,7 @@ class DistributedOptimizer {
     int64_t elements = 0;   // ps modes: its size and dtype, as registered with the servers
     at::ScalarType dtype = at::kFloat;
     // ps modes, float16 and bfloat16 parameters: the servers hold float32 (Note [half-precision
-    // parameters] in src/torch/training.cc).
+    // parameters] in python/hora/torch/ps_optimizer.py).
     at::Tensor wide_grad;   // the gradient's float32 copy, pushed (ps-sync: also the answer)
     at::Tensor master;      // kPsAsync: the servers' parameters, rounded into `tensor` after each step
     bool widened = false;   // wide_grad holds this step's gradient (the hook copied it)

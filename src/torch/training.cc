@@ -401,11 +401,10 @@ void DistributedOptimizer::startAllreduce(Parameter& p) {
   p.in_flight = true;
 }
 
-// Note [half-precision parameters]: the servers hold float32. A float16 or bfloat16 parameter's
-// gradient goes to them through a float32 copy, and kPsAsync's answer comes back into a float32
-// copy of the parameter (rounded into the model after each step), so the servers' parameters are
-// float32 master weights: updates smaller than the parameter's precision add up there instead of
-// rounding away. float64 is refused: the servers would sum and apply it in float32.
+// Float16 and bfloat16 parameters meet the servers' float32 through float32 copies, as in hora.torch
+// (Note [half-precision parameters] in python/hora/torch/ps_optimizer.py): the gradient's
+// (wide_grad) and, in kPsAsync, the parameter's (master, rounded into the model after each step).
+// float64 is refused: the servers would sum and apply it in float32.
 void DistributedOptimizer::connectToServers(const PsOptions& options) {
   std::vector<size_t> elements;
   std::vector<float*> initial;  // kPsAsync: every worker starts from the servers' (worker 0's)
