@@ -127,6 +127,11 @@ import hora.spark, hora.ray, horovod.spark, horovod.ray
 assert horovod.spark.run is hora.spark.run
 assert horovod.spark.run_elastic is hora.spark.run_elastic
 assert horovod.ray.RayExecutor is hora.ray.RayExecutor and horovod.ray.BaseHorovodWorker is hora.ray.BaseHorovodWorker
+from horovod.ray.runner import RayExecutor
+from horovod.ray.elastic import ElasticRayExecutor, RayHostDiscovery
+from horovod.ray.worker import BaseHorovodWorker
+assert RayExecutor is hora.ray.RayExecutor and ElasticRayExecutor is hora.ray.ElasticRayExecutor
+assert RayHostDiscovery is hora.ray.RayHostDiscovery and BaseHorovodWorker is hora.ray.BaseHorovodWorker
 """, env)
 
 
