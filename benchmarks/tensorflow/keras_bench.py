@@ -25,7 +25,7 @@ tutorial's WideResNet (examples/keras/fashion_mnist.py's architecture, --depth/-
 batch 32 as in the tutorial).
 
 usage: .venv/bin/python benchmarks/tensorflow/keras_bench.py [--np 2 4] [--models cnn wrn]
-           [--configs hora mwms bound (barrier)] [--repeat 3] [--python .venv/bin/python] [--json FILE]
+           [--configs hora mwms bound (barrier)] [--repeat 3] [--hora-variant K=V] [--python .venv/bin/python] [--json FILE]
            (prints markdown; --hosts NS:ADDR NS:ADDR --ssh-key KEY puts one rank on each of
            those network namespaces: benchmarks/multihost/keras_tbf.sh sets them up)
 """
@@ -191,12 +191,21 @@ def commands_for(config, n, argv, env, args):
     return [(on_host[i] + argv, dict(env, BENCH_INDEX=str(i))) for i in range(n)]
 
 
+def variant_of(config):
+    """("hora", {knob: value}) for a --hora-variant configuration "hora[NAME=VALUE,...]";
+    (config, {}) for the others."""
+    if not config.startswith("hora["):
+        return config, {}
+    return "hora", dict(kv.split("=", 1) for kv in config[len("hora["):-1].split(","))
+
+
 def run_config(config, model, n, args):
     """images/s of one run: rank 0's for hora and mwms, the sum of the processes' for bound."""
+    config, knobs = variant_of(config)
     argv = [args.python, HERE, "--worker", config, "--model", model, "--ranks", str(n),
             "--depth", str(args.depth), "--width", str(args.width), "--steps", str(args.steps[model]),
             "--warmup", str(args.warmup)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2")
+    env = dict(os.environ, OMP_NUM_THREADS="1", TF_CPP_MIN_LOG_LEVEL="2", **knobs)
     with tempfile.TemporaryDirectory() as logs:
         processes, files = [], []
         for i, (command, command_env) in enumerate(commands_for(config, n, argv, env, args)):
@@ -262,6 +271,8 @@ def main():
     parser.add_argument("--depth", type=int, default=16, help="WideResNet depth (the tutorial's 16)")
     parser.add_argument("--width", type=int, default=10, help="WideResNet width (the tutorial's 10)")
     parser.add_argument("--configs", nargs="+", default=["hora", "mwms", "bound"], choices=CONFIGS)
+    parser.add_argument("--hora-variant", action="append", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+                        help="also run hora with these knobs, interleaved with the rest (repeatable)")
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--steps", type=int, default=0, help="timed steps (default: cnn 300, wrn 12)")
     parser.add_argument("--warmup", type=int, default=5)
@@ -278,6 +289,8 @@ def main():
         args.hosts = [tuple(h.split(":")) for h in args.hosts]
         args.np = [len(args.hosts)]
     args.steps = {m: args.steps or {"cnn": 300, "wrn": 12}[m] for m in GLOBAL_BATCH}
+    variants = [f"hora[{v}]" for v in args.hora_variant]
+    args.configs += variants
 
     runs = {}  # (model, n, config) -> [images/s per repeat]
     for repeat in range(args.repeat):
@@ -297,8 +310,9 @@ def main():
     names = {"hora": "hora", "mwms": "MWMS", "barrier": "barrier", "bound": "bound"}
     ratios = [(a, b) for a, b in (("hora", "mwms"), ("hora", "bound"), ("barrier", "bound"), ("hora", "barrier"))
               if {a, b} <= set(args.configs)]
-    print("\n| model | ranks | " + " | ".join(f"{names[c]} images/s" for c in args.configs) + " | "
-          + " | ".join(f"{names[a]} / {names[b]}" for a, b in ratios) + " |")
+    ratios += [(v, b) for v in variants for b in ("bound", "hora") if b in args.configs]
+    print("\n| model | ranks | " + " | ".join(f"{names.get(c, c)} images/s" for c in args.configs) + " | "
+          + " | ".join(f"{names.get(a, a)} / {names.get(b, b)}" for a, b in ratios) + " |")
     print("|---|---|" + "---|" * (len(args.configs) + len(ratios)))
     med = statistics.median
     for model in args.models:

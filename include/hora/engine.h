@@ -107,6 +107,7 @@ struct HORA_API EngineOptions {
   size_t fusion_threshold = 128u << 20;       // HORA_FUSION_THRESHOLD (bytes)
   size_t bucket_bytes = 1u << 20;             // HORA_BUCKET_BYTES: Note [buckets] (0 = none)
   int cache_capacity = 1024;                  // HORA_CACHE_CAPACITY
+  bool submission_board = true;              // HORA_SUBMISSION_BOARD: Note [submission board]
   std::chrono::seconds stall_check{60};       // HORA_STALL_CHECK_TIME_SECONDS (0 = off)
   std::chrono::seconds stall_shutdown{0};     // HORA_STALL_SHUTDOWN_TIME_SECONDS (0 = never)
   std::string timeline;                       // HORA_TIMELINE: a trace file, empty = off

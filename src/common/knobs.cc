@@ -116,6 +116,11 @@ constexpr KnobSpec kKnobs[] = {
      "assumes in each score; higher trusts single samples less."},
     {"HORA_CACHE_CAPACITY", "HOROVOD_CACHE_CAPACITY", G::kTuning, S::kJob, "1024",
      "Entries of the engine's response cache; 0 turns it off (every cycle negotiates in full)."},
+    {"HORA_SUBMISSION_BOARD", "", G::kTuning, S::kJob, "1",
+     "1 = on one host (every rank reached through shared memory), a rank's request for a tensor "
+     "the ranks have run before starts an engine cycle only when every rank has submitted it, as "
+     "the ranks post their submissions in shared memory; the other ranks' engine threads sleep "
+     "meanwhile. 0 = any rank's request starts a cycle that every rank joins."},
     {"HORA_CYCLE_TIME", "HOROVOD_CYCLE_TIME", G::kTuning, S::kRank, "1",
      "Milliseconds between an idle engine's stall checks while some tensor waits for other "
      "ranks (an engine with nothing pending sleeps until there is work). An idle engine sends "

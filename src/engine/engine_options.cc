@@ -19,6 +19,7 @@ EngineOptions engineOptionsFrom(const common::Env& env) {
   o.fusion_threshold = static_cast<size_t>(env.getBytes("HORA_FUSION_THRESHOLD", 0, int64_t{1} << 40));
   o.bucket_bytes = static_cast<size_t>(env.getBytes("HORA_BUCKET_BYTES", 0, int64_t{1} << 40));
   o.cache_capacity = static_cast<int>(env.getInt("HORA_CACHE_CAPACITY", 0, 1 << 20));
+  o.submission_board = env.getBool("HORA_SUBMISSION_BOARD");
   o.stall_check = std::chrono::seconds(env.getInt("HORA_STALL_CHECK_TIME_SECONDS", 0, 1 << 30));
   o.stall_shutdown = std::chrono::seconds(env.getInt("HORA_STALL_SHUTDOWN_TIME_SECONDS", 0, 1 << 30));
   o.timeline = env.getString("HORA_TIMELINE");

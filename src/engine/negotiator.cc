@@ -16,9 +16,9 @@ void Negotiator::admit(std::vector<Submission> fresh) {
     const std::string name = l.meta.name;  // not in flight: the Runtime refuses a second enqueue
     tracer_.begin(name, "NEGOTIATE_" + eventNameOf(l.meta.op));
     const int slot = cache_enabled_ ? cache_.find(name, rank_, l.meta) : -1;
-    if (slot >= 0) cached_waiting_[slot] = name;
-    else to_announce_.push_back(name);
     in_flight_.emplace(name, std::move(l));
+    if (slot >= 0) waitInSlot(slot, name);
+    else to_announce_.push_back(name);
   }
   // While a rank has joined, a cached name that cannot run with it could only wait for its slot:
   // announced in full, the table fails it at once (Note [join]).
@@ -28,9 +28,39 @@ void Negotiator::admit(std::vector<Submission> fresh) {
       ++it;
       continue;
     }
-    to_announce_.push_back(it->second);
-    it = cached_waiting_.erase(it);
+    const auto next = std::next(it);
+    announceInstead(it);
+    it = next;
   }
+}
+
+void Negotiator::useBoard(std::unique_ptr<SubmissionBoard> board) {
+  board_ = std::move(board);
+  if (board_)
+    for (const auto& [slot, name] : cached_waiting_) board_->post(slot);
+}
+
+bool Negotiator::someCachedNameIsComplete() const {
+  if (!board_) return false;
+  const std::vector<int> joined = table_.joined();
+  for (const auto& [slot, name] : cached_waiting_)
+    if (board_->everyonePosted(slot, joined)) return true;
+  return false;
+}
+
+void Negotiator::waitInSlot(int slot, const std::string& name) {
+  cached_waiting_[slot] = name;
+  if (board_) board_->post(slot);
+}
+
+std::map<int, std::string>::iterator Negotiator::stopWaiting(std::map<int, std::string>::iterator it) {
+  if (board_) board_->withdraw(it->first);
+  return cached_waiting_.erase(it);
+}
+
+void Negotiator::announceInstead(std::map<int, std::string>::iterator it) {
+  to_announce_.push_back(it->second);
+  stopWaiting(it);
 }
 
 ControlVector Negotiator::controlVector() const {
@@ -52,7 +82,7 @@ std::vector<Response> Negotiator::takeCached(const ControlVector& agreed) {
     cache_.touch(slot);
     ready.push_back(cache_.at(slot));
     if (!joined.empty()) standIn(ready.back(), joined);
-    cached_waiting_.erase(slot);
+    if (auto it = cached_waiting_.find(slot); it != cached_waiting_.end()) stopWaiting(it);
   }
   return ready;
 }
@@ -97,10 +127,7 @@ void Negotiator::negotiateInFull(std::vector<Response>& ready, std::vector<std::
       // through the cache announces it again next cycle.
       if (const int slot = cache_.slotOf(m.name); slot >= 0) {
         cache_.erase(slot);
-        if (auto it = cached_waiting_.find(slot); it != cached_waiting_.end()) {
-          to_announce_.push_back(it->second);
-          cached_waiting_.erase(it);
-        }
+        if (auto it = cached_waiting_.find(slot); it != cached_waiting_.end()) announceInstead(it);
       }
       if (tracer_.active()) tracer_.mark(m.name, "rank " + std::to_string(r) + " ready");
       table_.add(r, std::move(m), now);
@@ -120,12 +147,8 @@ void Negotiator::remember(std::vector<Response>& ready, const std::vector<std::s
         std::find(fully_negotiated.begin(), fully_negotiated.end(), r.name) == fully_negotiated.end())
       continue;
     auto [slot, evicted] = cache_.insert(std::move(r));
-    if (evicted >= 0) {
-      if (auto it = cached_waiting_.find(evicted); it != cached_waiting_.end()) {
-        to_announce_.push_back(it->second);
-        cached_waiting_.erase(it);
-      }
-    }
+    if (evicted >= 0)
+      if (auto it = cached_waiting_.find(evicted); it != cached_waiting_.end()) announceInstead(it);
   }
 }
 
@@ -139,7 +162,7 @@ std::optional<Submission> Negotiator::release(const std::string& name) {
   if (it == in_flight_.end()) return std::nullopt;
   for (auto c = cached_waiting_.begin(); c != cached_waiting_.end(); ++c) {
     if (c->second == name) {
-      cached_waiting_.erase(c);
+      stopWaiting(c);
       break;
     }
   }
@@ -152,7 +175,7 @@ std::optional<Submission> Negotiator::release(const std::string& name) {
 void Negotiator::failAll(std::exception_ptr error) {
   for (auto& [name, l] : in_flight_) l.state->complete(error);
   in_flight_.clear();
-  cached_waiting_.clear();
+  for (auto it = cached_waiting_.begin(); it != cached_waiting_.end();) it = stopWaiting(it);
 }
 
 }  // namespace hora::engine

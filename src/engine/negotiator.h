@@ -9,6 +9,7 @@
 
 #include <exception>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "engine/control_vector.h"
 #include "engine/negotiation.h"
 #include "engine/submission.h"
+#include "engine/submission_board.h"
 #include "engine/timeline.h"
 #include "hora/communicator.h"
 
@@ -31,6 +33,12 @@ class Negotiator {
   void admit(std::vector<Submission> fresh);
   // Whether this rank has requests the other ranks have not heard of yet.
   bool hasAnnouncements() const { return !to_announce_.empty(); }
+  // From now on this rank posts the cached names it waits for on `board` (Note [submission
+  // board]); null: no board.
+  void useBoard(std::unique_ptr<SubmissionBoard> board);
+  bool hasBoard() const { return board_ != nullptr; }
+  // With a board: whether every rank has submitted some cached name this rank waits for.
+  bool someCachedNameIsComplete() const;
 
   // This rank's control vector: its cache bytes and whether it announces.
   ControlVector controlVector() const;
@@ -57,6 +65,12 @@ class Negotiator {
   void setCacheEnabled(bool enabled) { cache_enabled_ = enabled; }
 
  private:
+  // cached_waiting_ changes only through these, which keep this rank's row of the board equal to it.
+  void waitInSlot(int slot, const std::string& name);
+  std::map<int, std::string>::iterator stopWaiting(std::map<int, std::string>::iterator it);
+  // The name waiting in `slot` moves to the next full negotiation.
+  void announceInstead(std::map<int, std::string>::iterator it);
+
   Communicator& comm_;
   Tracer& tracer_;
   const int rank_, size_;
@@ -66,6 +80,7 @@ class Negotiator {
   std::vector<std::string> to_announce_;         // in-flight names for the next full negotiation
   PendingTable table_;
   ResponseCache cache_;
+  std::unique_ptr<SubmissionBoard> board_;
   bool cache_enabled_ = true;
 };
 

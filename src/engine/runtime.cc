@@ -203,13 +203,19 @@ void Runtime::loop() {
   // add to every idle cycle.
   ::prctl(PR_SET_TIMERSLACK, 1UL, 0UL, 0UL, 0UL);
   try {
+    // Every rank's engine thread opens the board before its first cycle (it is collective).
+    if (options_.submission_board) negotiator_.useBoard(SubmissionBoard::open(*comm_, options_.cache_capacity));
     // A cycle that ran something is followed at once by the next (every rank ran the same
     // responses, so all of them go on together): work flows without gaps. Otherwise wait for
-    // work (Note [idle engine]); HORA_CYCLE_TIME=0 cycles continuously instead.
+    // work (Note [idle engine]); HORA_CYCLE_TIME=0 cycles continuously instead. With a board,
+    // a cycle that ran only cached names is not followed by another: the board says when the
+    // next has work (Note [submission board]).
     while (true) {
       const CycleResult result = cycle();
       if (result == CycleResult::kStop) break;
-      if (result == CycleResult::kWorked || tuned_.cycle_time.count() == 0) continue;
+      if (tuned_.cycle_time.count() == 0) continue;
+      if (result == CycleResult::kWorked && !negotiator_.hasBoard()) continue;
+      if (result == CycleResult::kNegotiated) continue;
       waitUntilSomeRankHasWork();
     }
     failEverything(std::make_exception_ptr(ShutdownError(departures_)));
@@ -228,7 +234,8 @@ void Runtime::loop() {
 // this rank submitted but others have not need no cycle of ours: the others' submission starts
 // one. The sleep ends early only for housekeeping that needs no peers: rank 0's stall warnings
 // and the stall-shutdown limit, due at known times (idleTimeout), so an engine with nothing
-// pending does not wake at all.
+// pending does not wake at all. On one host a rank's request for a cached name starts a cycle only
+// when it completes the name (Note [submission board]); elsewhere every request does.
 //
 // Note [buckets]: gradients reach the engine one by one during the backward pass, a few
 // milliseconds apart. A cycle for each (as Horovod's engine does every HORA_CYCLE_TIME) wakes
@@ -244,9 +251,13 @@ void Runtime::waitUntilSomeRankHasWork() {
   while (true) {
     {
       common::MutexLock lock(mutex_);
-      if ((!queue_.empty() && !doorbell_->held()) || stopping_ || timeline_request_) return;
+      if (stopping_ || timeline_request_) return;
+      if (!queue_.empty() && !doorbell_->held() && !negotiator_.hasBoard()) return;
     }
-    if (negotiator_.hasAnnouncements()) return;
+    // With a board, this rank's requests start a cycle only if one of them completes a name
+    // (Note [submission board]); admitting them posts them there.
+    if (negotiator_.hasBoard() && admitQueued()) return;
+    if (negotiator_.hasAnnouncements() || negotiator_.someCachedNameIsComplete()) return;
     if (stallLimitPassed()) return;
     if (comm_->waitForIncoming(idleTimeout(), doorbell_->fd())) {
       uint64_t count;
@@ -322,7 +333,8 @@ Runtime::CycleResult Runtime::cycle() {
   // A full negotiation may have changed what the cache bytes mean (a rank joined, so it now
   // stands in for names the others submitted through the cache): cycle once more before
   // resting, since no rank may have new work to start the next cycle (Note [idle engine]).
-  return !ran && !control.someRankAnnounces() ? CycleResult::kIdle : CycleResult::kWorked;
+  if (control.someRankAnnounces()) return CycleResult::kNegotiated;
+  return ran ? CycleResult::kWorked : CycleResult::kIdle;
 }
 
 bool Runtime::admitQueued() {

@@ -53,7 +53,8 @@ class Runtime {
   // How long an idle engine may sleep: until the next stall check is due.
   std::chrono::milliseconds idleTimeout() const;
   void wakeUp() { doorbell_->ring(); }  // after queueing something for the engine thread
-  enum class CycleResult { kIdle, kWorked, kStop };
+  // kNegotiated: the cycle negotiated in full (it may also have run something).
+  enum class CycleResult { kIdle, kWorked, kNegotiated, kStop };
   // One negotiation round and the execution of what it decided.
   CycleResult cycle();
   // Moves the queued requests to the Negotiator; returns whether this rank is stopping.

@@ -131,6 +131,43 @@ TEST(Engine, GradientsOfAStepTakeAFewCyclesNotOnePerTensor) {
   EXPECT_LE(cyclesOfGradientSteps(EngineOptions{}), 5u * 6u) << "with buckets (the default)";
 }
 
+// A cached name that 4 ranks submit one after another, rank r 10 r ms into each step: the
+// cycles rank 0 took part in over 5 steps (the first step, negotiated in full, not counted).
+uint64_t cyclesOfStaggeredSubmissions(bool board) {
+  EngineOptions o;
+  o.bucket_bytes = 0;  // every request may start a cycle
+  o.submission_board = board;
+  std::atomic<uint64_t> cycles{0};
+  expectNoErrors(runEngines(4, [&](Engine& e) {
+    const int n = e.identity().size, r = e.identity().rank;
+    uint64_t before = 0;
+    for (int step = 0; step < 6; ++step) {
+      if (step == 1) {
+        e.barrier().wait(20s);
+        before = e.stats().cycles;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10 * r));
+      std::vector<double> data(16, r + 1.0);
+      Request req;
+      req.name = "staggered";
+      req.type = DataType::kFloat64;
+      req.shape = {16};
+      req.input = req.output = data.data();
+      e.enqueue(std::move(req)).wait(20s);
+      ASSERT_EQ(data, std::vector<double>(16, n * (n + 1) / 2.0)) << "step " << step;
+    }
+    if (r == 0) cycles = e.stats().cycles - before;
+  }, o));
+  return cycles;
+}
+
+// On one host only the rank that completes a cached name starts a cycle (Note [submission
+// board]): one cycle per step, where each rank's submission started one without the board.
+TEST(Engine, OnOneHostOnlyTheLastSubmissionStartsACycle) {
+  EXPECT_LE(cyclesOfStaggeredSubmissions(true), 5u * 1u + 2u) << "with the submission board";
+  EXPECT_GE(cyclesOfStaggeredSubmissions(false), 5u * 3u) << "without it";
+}
+
 }  // namespace
 }  // namespace hora::testing
 
