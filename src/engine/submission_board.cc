@@ -10,7 +10,7 @@
 
 #include "common/logging.h"
 #include "hora/errors.h"
-#include "transport/shm/segment.h"
+#include "common/shared_segment.h"
 
 namespace hora::engine {
 
@@ -57,7 +57,7 @@ std::unique_ptr<SubmissionBoard> SubmissionBoard::open(Communicator& comm, int s
   void* base = nullptr;
   if (rank == 0) {
     try {
-      auto [made, p] = transport::shm::createSegment(bytes);
+      auto [made, p] = common::createSegment(bytes);
       if (made.size() < kNameBytes) {
         std::memcpy(name.data(), made.data(), made.size());
         base = p;
@@ -72,7 +72,7 @@ std::unique_ptr<SubmissionBoard> SubmissionBoard::open(Communicator& comm, int s
   if (name[0] == '\0') return nullptr;
   if (rank != 0) {
     try {
-      base = transport::shm::mapSegment(name.data(), bytes, 0);
+      base = common::mapSegment(name.data(), bytes, 0);
     } catch (const Error& e) {
       HORA_LOG(warn, "no submission board (Note [submission board]): {}", e.what());
     }

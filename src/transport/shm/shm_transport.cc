@@ -15,7 +15,7 @@
 
 #include "common/logging.h"
 #include "transport/shm/inbox.h"
-#include "transport/shm/segment.h"
+#include "common/shared_segment.h"
 
 namespace hora::transport::shm {
 
@@ -86,7 +86,7 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std
   for (int i = 0; i < n; ++i) slot_[static_cast<size_t>(members_[static_cast<size_t>(i)])] = i;
   const size_t ring_bytes = ringBytes(options_, n);
   const size_t bytes = Inbox::bytesFor(n, ring_bytes);
-  auto [name, mine] = createSegment(bytes);
+  auto [name, mine] = common::createSegment(bytes);
   try {
     auto* inbox = new (mine) Inbox{};
     inbox->header.magic = kInboxMagic;
@@ -99,7 +99,7 @@ ShmTransport::ShmTransport(int rank, std::vector<tcp::PeerConnection> peers, std
     for (int p : members_) {
       if (p == rank_) continue;
       const std::string peer_name = store.get(prefix + std::to_string(p), deadline);
-      auto* peer = static_cast<Inbox*>(mapSegment(peer_name, bytes, p));
+      auto* peer = static_cast<Inbox*>(common::mapSegment(peer_name, bytes, p));
       inboxes_[static_cast<size_t>(p)] = peer;
       if (peer->header.magic != kInboxMagic || peer->header.size != static_cast<uint32_t>(n) ||
           peer->header.ring_bytes != ring_bytes) {

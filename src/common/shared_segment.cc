@@ -1,4 +1,4 @@
-#include "transport/shm/segment.h"
+#include "common/shared_segment.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 
 #include "hora/errors.h"
 
-namespace hora::transport::shm {
+namespace hora::common {
 
 std::pair<std::string, void*> createSegment(size_t bytes) {
   static std::atomic<uint64_t> counter{0};
@@ -53,4 +53,4 @@ void* mapSegment(const std::string& name, size_t bytes, int peer) {
   return p;
 }
 
-}  // namespace hora::transport::shm
+}  // namespace hora::common
