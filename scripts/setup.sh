@@ -70,6 +70,11 @@ if [ ! -x .venv-tf2/bin/python ]; then
   /usr/bin/python3 -m venv .venv-tf2
 fi
 pip_pins .venv-tf2 tensorflow-cpu==2.21.0 pytest==9.2.0 cloudpickle==3.1.3
+# tf-keras: Keras 2 for the newest TensorFlow (tf.keras under TF_USE_LEGACY_KERAS=1), which scripts
+# written for Horovod's Keras 2 need there. Without its dependencies: it names the `tensorflow`
+# package, whose code tensorflow-cpu already is.
+[ "$(.venv-tf2/bin/python -c 'import importlib.metadata as m; print(m.version("tf-keras"))' 2>/dev/null)" = 2.21.0 ] ||
+  .venv-tf2/bin/pip install -q --no-deps tf-keras==2.21.0
 # hora.spark and hora.ray: pyspark and ray, at versions checked in one process with Debian's numpy
 # 1.24 and torch 1.13 (pip leaves numpy alone: neither pins it).
 pip_pins .venv pyspark==4.0.1 ray==2.50.1

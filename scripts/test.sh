@@ -86,11 +86,15 @@ done
 run "tensorflow tests (.venv-tf2) under horarun -np 2" pytest_suite .venv/bin/horarun -np 2 -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 \
   .venv-tf2/bin/python -m pytest -q -p no:cacheprovider tests/tensorflow
 # hora.tensorflow.keras and hora.keras in model.fit on every rank of a 2-rank job, under each Keras
-# generation: Keras 2 (.venv, TensorFlow 2.15) and Keras 3 (.venv-tf2, the newest TensorFlow).
+# generation: Keras 2 (.venv, TensorFlow 2.15) and Keras 3 (.venv-tf2, the newest TensorFlow);
+# then Keras 2 beside Keras 3 on the newest TensorFlow (tf.keras is tf_keras, keras stays 3).
 for venv in .venv .venv-tf2; do
   run "keras tests ($venv) under horarun -np 2" pytest_suite timeout -k 10 900 .venv/bin/horarun -np 2 \
     -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 $venv/bin/python -m pytest -q -p no:cacheprovider tests/python/keras
 done
+run "keras tests (.venv-tf2, TF_USE_LEGACY_KERAS=1) under horarun -np 2" pytest_suite timeout -k 10 900 \
+  .venv/bin/horarun -np 2 -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 -x TF_USE_LEGACY_KERAS=1 \
+  .venv-tf2/bin/python -m pytest -q -p no:cacheprovider tests/python/keras
 
 sanitized() {  # sanitized DIR SANITIZERS [EXCLUDED]
   local dir=$1 san=$2
