@@ -213,15 +213,18 @@ void Runtime::loop() {
     while (true) {
       const CycleResult result = cycle();
       if (result == CycleResult::kStop) break;
-      if (tuned_.cycle_time.count() == 0) continue;
-      if (result == CycleResult::kWorked && !negotiator_.hasBoard()) continue;
-      if (result == CycleResult::kNegotiated) continue;
-      waitUntilSomeRankHasWork();
+      if (!followAtOnce(result)) waitUntilSomeRankHasWork();
     }
     failEverything(std::make_exception_ptr(ShutdownError(departures_)));
   } catch (const Error&) {
     failEverything(std::current_exception());
   }
+}
+
+bool Runtime::followAtOnce(CycleResult result) const {
+  if (tuned_.cycle_time.count() == 0) return true;
+  if (result == CycleResult::kNegotiated) return true;
+  return result == CycleResult::kWorked && !negotiator_.hasBoard();
 }
 
 // Note [idle engine]: an engine with nothing to negotiate does not cycle. Cycling anyway (every

@@ -57,6 +57,8 @@ class Runtime {
   enum class CycleResult { kIdle, kWorked, kNegotiated, kStop };
   // One negotiation round and the execution of what it decided.
   CycleResult cycle();
+  // Whether the next cycle starts at once after one that ended with `result` (see loop()).
+  bool followAtOnce(CycleResult result) const;
   // Moves the queued requests to the Negotiator; returns whether this rank is stopping.
   bool admitQueued();
   // This rank's control vector, with the flags only the Runtime knows.

@@ -63,6 +63,7 @@ std::unique_ptr<SubmissionBoard> SubmissionBoard::open(Communicator& comm, int s
         base = p;
       } else {
         ::munmap(p, bytes);
+        ::shm_unlink(made.c_str());
       }
     } catch (const Error& e) {
       HORA_LOG(warn, "no submission board (Note [submission board]): {}", e.what());
