@@ -31,7 +31,7 @@ namespace hora {
 
 enum class PsMode { kSync, kAsync };
 // kAsync: the optimizer the servers apply the pushes with.
-enum class PsOptimizer { kSgd, kAdam, kAdagrad, kRmsprop, kAdamax, kAdadelta };
+enum class PsOptimizer { kSgd, kAdam, kAdagrad, kRmsprop, kAdamax, kAdadelta, kNadam, kRadam };
 
 struct PsOptions {
   PsMode mode = PsMode::kSync;
@@ -43,12 +43,17 @@ struct PsOptions {
   PsOptimizer optimizer = PsOptimizer::kSgd;  // kAsync
   double lr = 0.0;              // kAsync (setSgd changes lr and momentum between steps)
   double momentum = 0.0;        // kSgd, kRmsprop
-  double beta1 = 0.9, beta2 = 0.999;  // kAdam, kAdamax
+  double beta1 = 0.9, beta2 = 0.999;  // kAdam, kAdamax, kNadam, kRadam
   double epsilon = 1e-8;        // every optimizer but kSgd
   double rho = 0.99;            // kRmsprop, kAdadelta: the mean square's decay (torch's alpha, Keras' rho)
   bool centered = false;        // kRmsprop: divide by the gradients' estimated variance
   double lr_decay = 0.0;        // kAdagrad: lr / (1 + (t - 1) lr_decay) at the servers' step t
   double initial_accumulator_value = 0.0;  // kAdagrad
+  // kNadam: the momentum at step t is beta1 (1 - 0.96^(t momentum_decay) / 2) (torch's
+  // momentum_decay; Keras' Nadam has 1). nadam_torch1_form: torch < 2.0's update, whose product
+  // of momenta for step t + 1 counts step t's twice (a bug torch 2.0 fixed).
+  double momentum_decay = 0.004;
+  bool nadam_torch1_form = false;
   // kAsync, every optimizer: weight decay added to the gradient, g + wd p (torch's weight_decay of
   // SGD, Adam, Adagrad, RMSprop), or with decoupled_weight_decay taken from the parameters before
   // the update, p -= lr wd p (torch's AdamW, Keras' weight_decay of every optimizer).
@@ -74,7 +79,8 @@ struct PsOptimizerState {
 // SGD 1 (the velocity); Adam 2 (the first and second moments); Adagrad 1 (the sum of squared
 // gradients); RMSprop 2 (the momentum buffer, the mean square), 3 when centered (then the mean
 // gradient); Adamax 2 (the first moment, the infinity norm); Adadelta 2 (the mean squares of the
-// gradient and of the update). 0 in kSync, where the workers' optimizer holds the state.
+// gradient and of the update); NAdam and RAdam 2 (the first and second moments). 0 in kSync,
+// where the workers' optimizer holds the state.
 HORA_API int psOptimizerSlots(const PsOptions& options);
 
 // ps-async with N workers acts as momentum of about 1 - 1/N by itself (docs/parameter_servers.md,

@@ -180,8 +180,8 @@ constexpr KnobSpec kKnobs[] = {
      "1 = hora's log lines carry no time of day (horarun --log-without-timestamp)."},
     {"HORA_PS_COMPENSATE_MOMENTUM", "", G::kTuning, S::kJob, "0",
      "1 = in ps-async the servers apply momentum max(0, m - (1 - 1/W)) where SGD or RMSprop asks for m "
-     "(Adam or Adamax for beta1 m) with W workers: asynchrony alone acts as momentum of about 1 - 1/W, "
-     "and the two compound (docs/parameter_servers.md, \"ps-async and momentum\"). 0 = m as given."},
+     "(Adam, Adamax, NAdam or RAdam for beta1 m) with W workers: asynchrony alone acts as momentum of "
+     "about 1 - 1/W, and the two compound (docs/parameter_servers.md, \"ps-async and momentum\"). 0 = m as given."},
     {"HORA_PS_START_TIMEOUT_SECONDS", "", G::kTuning, S::kJob, "600",
      "How long a parameter server waits for each worker to connect (workers connect when their "
      "optimizer is made, after the model is built)."},

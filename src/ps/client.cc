@@ -406,6 +406,8 @@ ps::Optimizer wireOptimizer(PsOptimizer optimizer) {
     case PsOptimizer::kRmsprop: return ps::Optimizer::kRmsprop;
     case PsOptimizer::kAdamax: return ps::Optimizer::kAdamax;
     case PsOptimizer::kAdadelta: return ps::Optimizer::kAdadelta;
+    case PsOptimizer::kNadam: return ps::Optimizer::kNadam;
+    case PsOptimizer::kRadam: return ps::Optimizer::kRadam;
   }
   throw InvalidArgumentError("unknown PsOptimizer " + std::to_string(static_cast<int>(optimizer)));
 }
@@ -426,7 +428,10 @@ ps::Registration registrationOf(const PsJob& job, const PsOptions& options, cons
   r.beta2 = rho ? options.rho : options.beta2;
   r.epsilon = options.epsilon;
   r.centered = options.optimizer == PsOptimizer::kRmsprop && options.centered ? 1 : 0;
-  r.lr_decay = options.optimizer == PsOptimizer::kAdagrad ? options.lr_decay : 0.0;
+  r.lr_decay = options.optimizer == PsOptimizer::kAdagrad ? options.lr_decay
+               : options.optimizer == PsOptimizer::kNadam ? options.momentum_decay  // (the field of a decay per step)
+               : 0.0;
+  r.nadam_twice = options.optimizer == PsOptimizer::kNadam && options.nadam_torch1_form ? 1 : 0;
   r.initial_accumulator = options.optimizer == PsOptimizer::kAdagrad ? options.initial_accumulator_value : 0.0;
   r.weight_decay = options.weight_decay;
   r.decoupled_weight_decay = options.decoupled_weight_decay ? 1 : 0;
@@ -519,7 +524,8 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
   s.job.options.spin = s.job.options.shm_spin = std::chrono::microseconds(0);  // see quiet() in server.cc
   s.options = options;
   s.options.momentum = appliedMomentum(job, options, options.momentum);
-  if (options.optimizer == PsOptimizer::kAdam || options.optimizer == PsOptimizer::kAdamax)
+  if (options.optimizer == PsOptimizer::kAdam || options.optimizer == PsOptimizer::kAdamax ||
+      options.optimizer == PsOptimizer::kNadam || options.optimizer == PsOptimizer::kRadam)
     s.options.beta1 = appliedMomentum(job, options, options.beta1);  // the first moment's decay is a momentum
   s.elements = tensor_elements;
   s.plan = ps::planShards(tensor_elements, job.servers);

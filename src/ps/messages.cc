@@ -24,6 +24,8 @@ const char* toString(Optimizer optimizer) {
     case Optimizer::kRmsprop: return "RMSprop";
     case Optimizer::kAdamax: return "Adamax";
     case Optimizer::kAdadelta: return "Adadelta";
+    case Optimizer::kNadam: return "NAdam";
+    case Optimizer::kRadam: return "RAdam";
   }
   return "?";
 }
@@ -36,6 +38,8 @@ uint32_t slotsOf(Optimizer optimizer, bool centered) {
     case Optimizer::kRmsprop: return centered ? 3 : 2;
     case Optimizer::kAdamax: return 2;
     case Optimizer::kAdadelta: return 2;
+    case Optimizer::kNadam: return 2;
+    case Optimizer::kRadam: return 2;
   }
   return 0;
 }
@@ -60,7 +64,8 @@ std::string registrationDifference(const Registration& a, const Registration& b)
   if (a.beta2 != b.beta2) return differs("beta2", a.beta2, b.beta2);
   if (a.epsilon != b.epsilon) return differs("epsilon", a.epsilon, b.epsilon);
   if (a.centered != b.centered) return differs("centered", a.centered, b.centered);
-  if (a.lr_decay != b.lr_decay) return differs("lr_decay", a.lr_decay, b.lr_decay);
+  if (a.lr_decay != b.lr_decay) return differs("lr_decay (NAdam: momentum_decay)", a.lr_decay, b.lr_decay);
+  if (a.nadam_twice != b.nadam_twice) return differs("NAdam's form (1: torch < 2.0)", a.nadam_twice, b.nadam_twice);
   if (a.weight_decay != b.weight_decay) return differs("weight_decay", a.weight_decay, b.weight_decay);
   if (a.decoupled_weight_decay != b.decoupled_weight_decay)
     return differs("decoupled weight decay", a.decoupled_weight_decay, b.decoupled_weight_decay);

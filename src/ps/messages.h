@@ -50,7 +50,9 @@ static_assert(sizeof(MessageHeader) == 64);
 enum class Mode : uint32_t { kSync = 1, kAsync = 2 };
 
 // The optimizer an async server applies the pushes with.
-enum class Optimizer : uint32_t { kSgd = 0, kAdam = 1, kAdagrad = 2, kRmsprop = 3, kAdamax = 4, kAdadelta = 5 };
+enum class Optimizer : uint32_t {
+  kSgd = 0, kAdam = 1, kAdagrad = 2, kRmsprop = 3, kAdamax = 4, kAdadelta = 5, kNadam = 6, kRadam = 7
+};
 
 // What a worker tells a server when it connects; every worker of a job must send the same
 // (but its own worker number, which travels in the header).
@@ -69,11 +71,13 @@ struct Registration {
   uint64_t layout_hash = 0;
   Optimizer optimizer = Optimizer::kSgd;  // async
   uint32_t centered = 0;  // async, RMSprop: 1 = divide by the gradients' estimated variance, not mean square
-  // async: Adam's and Adamax's betas and epsilon. RMSprop's and Adadelta's decay of the mean
-  // square (torch's alpha and rho, Keras' rho) travels as beta2, the field of the same role in Adam;
-  // every optimizer's epsilon as epsilon.
+  // async: Adam's, Adamax's, NAdam's and RAdam's betas and epsilon. RMSprop's and Adadelta's
+  // decay of the mean square (torch's alpha and rho, Keras' rho) travels as beta2, the field of the
+  // same role in Adam; every optimizer's epsilon as epsilon.
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8;
-  double lr_decay = 0;             // async, Adagrad (torch's): lr / (1 + (t - 1) lr_decay) at step t
+  // async: Adagrad's (torch's) lr / (1 + (t - 1) lr_decay) at step t; NAdam's momentum decay d, its
+  // momentum at step t being beta1 (1 - 0.96^(t d) / 2) (torch's momentum_decay; Keras' is 1).
+  double lr_decay = 0;
   double initial_accumulator = 0;  // async, Adagrad: where the sum of squared gradients starts
   // 1 = the pushes' floats (and sync replies') travel as float16 (Compression.fp16): half the
   // bytes; the server sums and applies in float32.
@@ -86,7 +90,9 @@ struct Registration {
   // parameters (0, or slotsOf() the optimizer), and the step count they were reached at. Only
   // worker 0's are used, so they are not compared across workers.
   uint32_t slots = 0;
-  uint32_t reserved = 0;
+  // async, NAdam: 1 = torch < 2.0's form, whose product of momenta for step t + 1 counts step t's
+  // twice (torch 2.0 fixed it; the servers compute what the worker's own optimizer would).
+  uint32_t nadam_twice = 0;
   uint64_t optimizer_step = 0;
 };
 static_assert(sizeof(Registration) == 136);
@@ -94,7 +100,8 @@ static_assert(sizeof(Registration) == 136);
 // The optimizer state an async server keeps per element, in the order kState answers with:
 // SGD the velocity; Adam the first and second moments; Adagrad the sum of squares;
 // RMSprop the momentum buffer, the mean square and (centered) the mean gradient; Adamax the first
-// moment and the infinity norm; Adadelta the mean square and the mean squared update.
+// moment and the infinity norm; Adadelta the mean square and the mean squared update; NAdam and
+// RAdam the first and second moments.
 uint32_t slotsOf(Optimizer optimizer, bool centered);
 
 const char* toString(MessageKind kind);

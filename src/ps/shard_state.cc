@@ -39,7 +39,7 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " says the job has " +
                         std::to_string(r.workers) + " workers; this server was started for " +
                         std::to_string(workers_));
-  if (r.mode == Mode::kAsync && static_cast<uint32_t>(r.optimizer) > static_cast<uint32_t>(Optimizer::kAdadelta))
+  if (r.mode == Mode::kAsync && static_cast<uint32_t>(r.optimizer) > static_cast<uint32_t>(Optimizer::kRadam))
     throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " registered optimizer " +
                                std::to_string(static_cast<uint32_t>(r.optimizer)) +
                                ", which this server does not know (a worker of a newer hora?)");
@@ -90,6 +90,9 @@ void ShardState::initialize(const Registration& r, std::vector<float> initial) {
     }
     step_base_ = r.optimizer_step;
   }
+  // NAdam's product of momenta is a function of the step: the workers' optimizers do not send it.
+  if (r.optimizer == Optimizer::kNadam)
+    for (uint64_t t = 1; t <= step_base_; ++t) nadam_product_ *= nadamMomentum(t);
   initial.resize(n);
   params_ = std::move(initial);
   initialized_ = true;
@@ -105,6 +108,8 @@ std::vector<std::vector<float> ShardState::*> ShardState::slots() const {
       return {&ShardState::velocity_, &ShardState::second_moment_};
     case Optimizer::kAdamax: return {&ShardState::velocity_, &ShardState::second_moment_};
     case Optimizer::kAdadelta: return {&ShardState::second_moment_, &ShardState::velocity_};
+    case Optimizer::kNadam:
+    case Optimizer::kRadam: return {&ShardState::velocity_, &ShardState::second_moment_};
   }
   return {};
 }
@@ -180,6 +185,8 @@ ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, 
     case Optimizer::kRmsprop: applyRmsprop(g, sgd); break;
     case Optimizer::kAdamax: applyAdamax(g, sgd.lr); break;
     case Optimizer::kAdadelta: applyAdadelta(g, sgd.lr); break;
+    case Optimizer::kNadam: applyNadam(g, sgd.lr); break;
+    case Optimizer::kRadam: applyRadam(g, sgd.lr); break;
   }
   steps_[static_cast<size_t>(worker)] = step;
   const uint64_t version = ++applied_;
@@ -322,6 +329,52 @@ void ShardState::applyAdadelta(const float* g, float lr) {
     const float delta = std::sqrt(velocity_[i] + eps) / std::sqrt(second_moment_[i] + eps) * g[i];
     velocity_[i] = r * velocity_[i] + (1 - r) * delta * delta;
     params_[i] -= lr * delta;
+  }
+}
+
+double ShardState::nadamMomentum(uint64_t t) const {
+  return config_->beta1 * (1.0 - 0.5 * std::pow(0.96, static_cast<double>(t) * config_->lr_decay));
+}
+
+void ShardState::applyNadam(const float* g, float lr) {
+  // As torch.optim.NAdam and Keras' Nadam compute it (Note at the top of shard_state.h), t the
+  // server's step; the momenta and their product in double.
+  const uint64_t t = step_base_ + applied_ + 1;
+  const double u = nadamMomentum(t), u_next = nadamMomentum(t + 1);
+  nadam_product_ *= u;
+  const double product_next = nadam_product_ * (config_->nadam_twice ? u : 1.0) * u_next;
+  const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
+  const auto eps = static_cast<float>(config_->epsilon);
+  const auto root_correction2 = static_cast<float>(std::sqrt(1.0 - std::pow(config_->beta2, static_cast<double>(t))));
+  const auto gradient_step = static_cast<float>(lr * (1.0 - u) / (1.0 - nadam_product_));
+  const auto moment_step = static_cast<float>(lr * u_next / (1.0 - product_next));
+  for (size_t i = 0; i < params_.size(); ++i) {
+    velocity_[i] = b1 * velocity_[i] + (1 - b1) * g[i];
+    second_moment_[i] = b2 * second_moment_[i] + (1 - b2) * g[i] * g[i];
+    const float denominator = std::sqrt(second_moment_[i]) / root_correction2 + eps;
+    params_[i] -= (gradient_step * g[i] + moment_step * velocity_[i]) / denominator;
+  }
+}
+
+void ShardState::applyRadam(const float* g, float lr) {
+  // As torch.optim.RAdam computes it (Note at the top of shard_state.h), t the server's step.
+  const auto t = static_cast<double>(step_base_ + applied_ + 1);
+  const double b2_power = std::pow(config_->beta2, t);
+  const double correction1 = 1.0 - std::pow(config_->beta1, t), correction2 = 1.0 - b2_power;
+  const double rho_inf = 2.0 / (1.0 - config_->beta2) - 1.0;
+  const double rho_t = rho_inf - 2.0 * t * b2_power / correction2;
+  const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
+  const auto eps = static_cast<float>(config_->epsilon);
+  const auto step_size = static_cast<float>(lr / correction1);
+  const bool rectified = rho_t > 5.0;  // the variance is tractable: adapt; else plain momentum
+  const auto adaptive = rectified ? static_cast<float>(std::sqrt(correction2 * (rho_t - 4) * (rho_t - 2) * rho_inf /
+                                                                 ((rho_inf - 4) * (rho_inf - 2) * rho_t)))
+                                  : 0.0f;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    velocity_[i] = b1 * velocity_[i] + (1 - b1) * g[i];
+    second_moment_[i] = b2 * second_moment_[i] + (1 - b2) * g[i] * g[i];
+    const float update = step_size * velocity_[i];
+    params_[i] -= rectified ? update * adaptive / (std::sqrt(second_moment_[i]) + eps) : update;
   }
 }
 

@@ -21,6 +21,14 @@
 //   Adamax (m, u = the infinity norm): p -= lr / (1 - b1^t) m / u, u = max(b2 u, |g| + eps);
 //     Adadelta (r = beta2; q, a the mean squares of the gradient and the update): d = sqrt(a + eps)
 //     / sqrt(q + eps) g, p -= lr d. torch's form only (hora.keras does not register them).
+//   NAdam (m, v as Adam's; u_t = b1 (1 - 0.96^(t d) / 2) the momentum at step t, P_t the product
+//     of u_1..u_t): p -= lr ((1 - u_t) g / (1 - P_t) + u_(t+1) m / (1 - P_t u_(t+1))) /
+//     (sqrt(v / (1 - b2^t)) + eps); torch < 2.0 has P_t u_t u_(t+1) in the second quotient.
+//     torch's and Keras' alike (Keras' d is 1).
+//   RAdam (torch's; r the length of the approximated moving average, r_inf = 2 / (1 - b2) - 1,
+//     r_t = r_inf - 2 t b2^t / (1 - b2^t)): p -= lr m / (1 - b1^t) times, when r_t > 5,
+//     rect sqrt(1 - b2^t) / (sqrt(v) + eps), rect = sqrt((r_t - 4)(r_t - 2) r_inf / ((r_inf - 4)
+//     (r_inf - 2) r_t)).
 // Weight decay, before any of these: coupled (torch's weight_decay) g += wd p; decoupled (torch's
 // AdamW, Keras' weight_decay) p -= lr wd p.
 // With max_staleness = s the reply then waits until every live worker has had at
@@ -116,6 +124,9 @@ class ShardState {
   void applyRmsprop(const float* g, const SgdStep& sgd);  // mutex_ held
   void applyAdamax(const float* g, float lr);         // mutex_ held; the update applied_ + 1
   void applyAdadelta(const float* g, float lr);       // mutex_ held
+  void applyNadam(const float* g, float lr);          // mutex_ held; the update applied_ + 1
+  void applyRadam(const float* g, float lr);          // mutex_ held; the update applied_ + 1
+  double nadamMomentum(uint64_t t) const;             // NAdam's u_t
   uint64_t slowestLive() const;             // mutex_ held
   std::string workersBehind(uint64_t step) const;  // mutex_ held: "worker 2 (step 4)"
   void checkFailed() const;                 // mutex_ held: rethrows failure_
@@ -129,7 +140,8 @@ class ShardState {
   // async: velocity_ is SGD's velocity, Adam's and Adamax's first moment, RMSprop's momentum
   // buffer, Adadelta's mean squared update; second_moment_ Adam's second moment, Adagrad's sum of
   // squares, RMSprop's and Adadelta's mean square, Adamax's infinity norm;
-  // mean_gradient_ centered RMSprop's mean gradient.
+  // mean_gradient_ centered RMSprop's mean gradient. NAdam and RAdam use velocity_ and
+  // second_moment_ as Adam does.
   std::vector<float> params_, velocity_;
   std::vector<float> second_moment_, mean_gradient_;
   std::vector<float> decayed_;               // async, coupled weight decay: g + wd p
@@ -139,6 +151,7 @@ class ShardState {
   // async: the optimizer's step count when this server took over (worker 0's registration):
   // Adam's and Adagrad's step is step_base_ + applied_.
   uint64_t step_base_ = 0;
+  double nadam_product_ = 1;                 // async, NAdam: P_t of the steps applied so far
   uint64_t round_ = 1;                       // sync: the round being summed
   int arrived_ = 0;                          // sync: pushes of round_ so far
   std::vector<uint64_t> steps_;              // by worker: pushes applied (async) or summed (sync)

@@ -33,9 +33,10 @@ std::vector<std::vector<float*>> slotPointers(const SlotAddresses& slots) {
   return out;
 }
 
-// `optimizer` (ps-async): {"name": "sgd" | "adam" | "adagrad" | "rmsprop" | "adamax" | "adadelta",
-// "lr", "momentum", "beta1", "beta2", "epsilon", "rho", "centered", "lr_decay", "initial_accumulator_value",
-// "weight_decay", "decoupled_weight_decay", "keras_form"}, each optional (PsOptions' defaults).
+// `optimizer` (ps-async): {"name": "sgd" | "adam" | "adagrad" | "rmsprop" | "adamax" | "adadelta" |
+// "nadam" | "radam", "lr", "momentum", "beta1", "beta2", "epsilon", "rho", "centered", "lr_decay",
+// "initial_accumulator_value", "momentum_decay", "nadam_torch1_form", "weight_decay",
+// "decoupled_weight_decay", "keras_form"}, each optional (PsOptions' defaults).
 hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_staleness, const py::dict& optimizer) {
   hora::PsOptions o;
   if (mode == "ps-sync") {
@@ -58,9 +59,13 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
     o.optimizer = hora::PsOptimizer::kAdamax;
   } else if (name == "adadelta") {
     o.optimizer = hora::PsOptimizer::kAdadelta;
+  } else if (name == "nadam") {
+    o.optimizer = hora::PsOptimizer::kNadam;
+  } else if (name == "radam") {
+    o.optimizer = hora::PsOptimizer::kRadam;
   } else if (name != "sgd") {
     throw hora::InvalidArgumentError("parameter server optimizer '" + name +
-                                     "': expected sgd, adam, adagrad, rmsprop, adamax or adadelta");
+                                     "': expected sgd, adam, adagrad, rmsprop, adamax, adadelta, nadam or radam");
   }
   const auto number = [&](const char* key, double fallback) {
     return optimizer.contains(key) ? optimizer[key].cast<double>() : fallback;
@@ -75,6 +80,8 @@ hora::PsOptions psOptions(const std::string& mode, bool average, int64_t max_sta
   o.centered = flag("centered");
   o.lr_decay = number("lr_decay", o.lr_decay);
   o.initial_accumulator_value = number("initial_accumulator_value", o.initial_accumulator_value);
+  o.momentum_decay = number("momentum_decay", o.momentum_decay);
+  o.nadam_torch1_form = flag("nadam_torch1_form");
   o.weight_decay = number("weight_decay", o.weight_decay);
   o.decoupled_weight_decay = flag("decoupled_weight_decay");
   o.keras_form = flag("keras_form");
@@ -125,8 +132,8 @@ void bindParameterServers(py::module_& m) {
            "(generation, rank, size) of an elastic job to that generation's servers, and registers "
            "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
            "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop' | 'adamax' | "
-           "'adadelta', 'lr', 'momentum', 'beta1', 'beta2', 'epsilon', 'rho', 'centered', 'lr_decay', "
-           "'initial_accumulator_value', 'weight_decay', 'decoupled_weight_decay', 'keras_form'}), starting from "
+           "'adadelta' | 'nadam' | 'radam', 'lr', 'momentum', 'beta1', 'beta2', 'epsilon', 'rho', 'centered', "
+           "'lr_decay', 'initial_accumulator_value', 'momentum_decay', 'nadam_torch1_form', 'weight_decay', 'decoupled_weight_decay', 'keras_form'}), starting from "
            "`initial_state` = (step, addresses by slot, then by tensor) when given.")
       .def(
           "step",

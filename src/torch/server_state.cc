@@ -94,9 +94,10 @@ ServerSlots serverSlots(::torch::optim::Optimizer& optimizer, const std::vector<
       }
       break;
     case PsOptimizer::kAdamax:
-    case PsOptimizer::kAdadelta:  // libtorch has neither, so no wrapped optimizer registers them
-      throw InvalidArgumentError(std::string("libtorch has no ") +
-                                 (options.optimizer == PsOptimizer::kAdamax ? "Adamax" : "Adadelta"));
+    case PsOptimizer::kAdadelta:
+    case PsOptimizer::kNadam:
+    case PsOptimizer::kRadam:  // libtorch has none of them, so no wrapped optimizer registers them
+      throw InvalidArgumentError("libtorch has no Adamax, Adadelta, NAdam or RAdam");
   }
   return out;
 }

@@ -538,6 +538,11 @@ CHECKPOINT = textwrap.dedent("""
             return torch.optim.Adamax(m.parameters(), lr=0.01, betas=(0.8, 0.99), eps=1e-3, weight_decay=0.1)
         if name == "adadelta":
             return torch.optim.Adadelta(m.parameters(), lr=0.5, rho=0.8, eps=1e-4)
+        if name == "nadam":
+            return torch.optim.NAdam(m.parameters(), lr=0.01, betas=(0.8, 0.99), eps=1e-3, weight_decay=0.1,
+                                     momentum_decay=0.05)
+        if name == "radam":  # beta2 0.9: the first 5 steps unrectified, the rest rectified
+            return torch.optim.RAdam(m.parameters(), lr=0.01, betas=(0.8, 0.9), eps=1e-3, weight_decay=0.1)
         return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
     data = np.random.default_rng(7)
@@ -575,13 +580,13 @@ CHECKPOINT = textwrap.dedent("""
 """)
 
 
-@pytest.mark.parametrize("optimizer", ["sgd", "adam", "rmsprop", "adamax", "adadelta"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "rmsprop", "adamax", "adadelta", "nadam", "radam"])
 def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optimizer):
     """One worker (so the servers apply the pushes in its order), two servers: the optimizer's
     state_dict() after 6 steps is torch's own optimizer's after the same steps (pulled from the
-    servers), and a second job that loads the checkpoint goes on as if never stopped (so, for Adamax
-    and Adadelta, which no other test replays, the servers' updates are torch's), where a fresh
-    optimizer would not."""
+    servers), and a second job that loads the checkpoint goes on as if never stopped (so, for Adamax,
+    Adadelta, NAdam and RAdam, which no other test replays, the servers' updates are torch's),
+    where a fresh optimizer would not."""
     torch = pytest.importorskip("torch")
     script = tmp_path / "checkpoint.py"
     script.write_text(CHECKPOINT)
@@ -593,7 +598,8 @@ def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optim
     assert sorted(state) == [0, 1]
     keys = {"sgd": {"momentum_buffer"}, "adam": {"step", "exp_avg", "exp_avg_sq"},
             "rmsprop": {"step", "square_avg", "momentum_buffer", "grad_avg"},
-            "adamax": {"step", "exp_avg", "exp_inf"}, "adadelta": {"step", "square_avg", "acc_delta"}}[optimizer]
+            "adamax": {"step", "exp_avg", "exp_inf"}, "adadelta": {"step", "square_avg", "acc_delta"},
+            "nadam": {"step", "exp_avg", "exp_avg_sq", "mu_product"}, "radam": {"step", "exp_avg", "exp_avg_sq"}}[optimizer]
     assert all(set(s) == keys for s in state.values()), state
     resumed = torch.load(tmp_path / "resumed.pt")
     reference = torch.load(tmp_path / "reference.pt")
@@ -694,7 +700,7 @@ def test_mode_arguments_are_checked():
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps")
     with pytest.raises(ValueError, match="max_staleness bounds mode='ps-async' only"):
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1), mode="ps-sync", max_staleness=2)
-    with pytest.raises(ValueError, match="RMSprop, Adamax or Adadelta on the servers"):
+    with pytest.raises(ValueError, match="Adadelta, NAdam or RAdam on the servers"):
         hvd.DistributedOptimizer(torch.optim.Rprop([p]), mode="ps-async")
     with pytest.raises(ValueError, match="Adamax has no maximize"):
         hvd.DistributedOptimizer(torch.optim.Adamax([p], maximize=True), mode="ps-async")

@@ -76,7 +76,8 @@ def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python, compr
             assert np.abs(np.array(got["ps-sync"]["weight"]) - w).max() > 1e-5
 
 
-KINDS = ("sgd-wd", "adam", "adamw", "adagrad", "rmsprop", "rmsprop-plain", "adamax", "adadelta")  # the last word of lr, else SGD
+KINDS = ("sgd-wd", "adam", "adamw", "adagrad", "rmsprop", "rmsprop-plain", "adamax", "adadelta",
+         "nadam")  # the last word of lr, else SGD
 ASYNC = textwrap.dedent("""
     KINDS = @KINDS@
     import json, sys, tensorflow as tf
@@ -99,6 +100,7 @@ ASYNC = textwrap.dedent("""
              "rmsprop-plain": lambda: optimizers.RMSprop(rate, rho=0.9, epsilon=1e-3, centered=True),
              "adamax": lambda: optimizers.Adamax(rate, beta_1=0.8, beta_2=0.99, epsilon=0.05),
              "adadelta": lambda: optimizers.Adadelta(rate, rho=0.9, epsilon=1e-3),
+             "nadam": lambda: optimizers.Nadam(rate, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
              }[lr.split()[-1] if lr.split()[-1] in KINDS else "sgd"]()
     opt = hvd.DistributedOptimizer(inner, mode="ps-async")
     log = []
@@ -124,6 +126,7 @@ class KerasServer:
         self.legacy = "legacy" in lr
         self.kind = lr.split()[-1] if lr.split()[-1] in KINDS else "sgd"
         self.v, self.m2, self.mean = np.zeros(50), np.zeros(50), np.zeros(50)
+        self.product = 1.0  # Nadam's product of momenta
         if self.kind == "adagrad":
             self.m2 += 0.2  # initial_accumulator_value
 
@@ -139,6 +142,13 @@ class KerasServer:
             self.v = self.v + (g - self.v) * 0.2
             self.m2 = np.maximum(0.99 * self.m2, np.abs(g))
             return p - lr / (1 - 0.8 ** t) * self.v / (self.m2 + 0.05)
+        if self.kind == "nadam":  # the momentum at step t: beta_1 (1 - 0.96^t / 2)
+            u, u_next = (0.8 * (1 - 0.5 * 0.96 ** k) for k in (t, t + 1))
+            self.product *= u
+            self.v = self.v + (g - self.v) * 0.2
+            self.m2 = self.m2 + (g * g - self.m2) * 0.01
+            m_hat = u_next * self.v / (1 - self.product * u_next) + (1 - u) * g / (1 - self.product)
+            return p - lr * m_hat / (np.sqrt(self.m2 / (1 - 0.99 ** t)) + 1e-3)
         if self.kind == "adadelta":  # rho 0.9; self.v holds the mean square of the updates
             self.m2 = 0.9 * self.m2 + 0.1 * g * g
             delta = np.sqrt(self.v + 1e-3) / np.sqrt(self.m2 + 1e-3) * g
@@ -164,11 +174,14 @@ class KerasServer:
                                 "schedule legacy adam", "schedule adagrad", "schedule rmsprop", "set rmsprop",
                                 "schedule legacy adagrad", "schedule legacy rmsprop",
                                 "schedule legacy rmsprop-plain", "schedule adamw", "set sgd-wd", "schedule adamax",
-                                "set adadelta", "schedule legacy adamax", "schedule legacy adadelta"])
+                                "set adadelta", "schedule legacy adamax", "schedule legacy adadelta",
+                                "schedule nadam"])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
 def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, lr):
     if "legacy" in lr and python != sys.executable:
         pytest.skip("Keras 3 has no legacy optimizers")
+    if "nadam" in lr and python == sys.executable:
+        pytest.skip("the servers run Keras 3's Nadam only")
     script = tmp_path / "async.py"
     script.write_text(ASYNC)
     steps = 6
@@ -190,11 +203,16 @@ def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, 
 def test_keras_mode_arguments_are_checked():
     tf = pytest.importorskip("tensorflow")
     import hora.tensorflow.keras as hvd
+    from hora._keras.keras_version import keras_generation
     with pytest.raises(ValueError, match="mode must be one of"):
         hvd.DistributedOptimizer(tf.keras.optimizers.SGD(0.1), mode="ps")
-    with pytest.raises(ValueError, match="runs SGD, Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta on the servers, "
-                                         "not Nadam"):
-        hvd.DistributedOptimizer(tf.keras.optimizers.Nadam(), mode="ps-async")
+    with pytest.raises(ValueError, match="runs SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, Adadelta or Nadam on the "
+                                         "servers, not Ftrl"):
+        hvd.DistributedOptimizer(tf.keras.optimizers.Ftrl(), mode="ps-async")
+    if keras_generation(tf.keras.optimizers.Nadam) == 2:  # its momentum product advances once per variable
+        for nadam in (tf.keras.optimizers.Nadam(), tf.keras.optimizers.legacy.Nadam()):
+            with pytest.raises(ValueError, match="runs Keras 3's Nadam on the servers, not Keras 2's"):
+                hvd.DistributedOptimizer(nadam, mode="ps-async")
     with pytest.raises(ValueError, match="RMSprop has no clipnorm"):
         hvd.DistributedOptimizer(tf.keras.optimizers.RMSprop(clipnorm=1.0), mode="ps-async")
     excluding = tf.keras.optimizers.AdamW(weight_decay=0.01)
@@ -252,6 +270,7 @@ CHECKPOINT = textwrap.dedent("""
             "rmsprop": lambda: optimizers.RMSprop(0.01, rho=0.9, momentum=0.5, epsilon=1e-3, centered=True),
             "adamax": lambda: optimizers.Adamax(0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
             "adadelta": lambda: optimizers.Adadelta(1.0, rho=0.9, epsilon=1e-3),
+            "nadam": lambda: optimizers.Nadam(0.01, beta_1=0.8, beta_2=0.99, epsilon=1e-3),
             }[kind.split()[-1]]
     init = np.random.default_rng(0)
     w, b = init.standard_normal((40, 30)).astype(np.float32), init.standard_normal(30).astype(np.float32)
@@ -309,7 +328,7 @@ CHECKPOINT = textwrap.dedent("""
 
 
 @pytest.mark.parametrize("kind,form", [("adam", "tf"), ("rmsprop", "tf"), ("sgd", "keras"), ("legacy adam", "tf"),
-                                       ("adamax", "keras"), ("legacy adadelta", "tf")])
+                                       ("adamax", "keras"), ("legacy adadelta", "tf"), ("nadam", "tf")])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
 def test_keras_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, python, kind, form):
     """One worker (the servers apply its pushes in order), two servers: the checkpoint's slots
@@ -318,6 +337,8 @@ def test_keras_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, p
     the weights alone does not."""
     if "legacy" in kind and python != sys.executable:
         pytest.skip("Keras 3 has no legacy optimizers")
+    if "nadam" in kind and python == sys.executable:
+        pytest.skip("the servers run Keras 3's Nadam only")
     script = tmp_path / "checkpoint.py"
     script.write_text(CHECKPOINT)
     subprocess.run([python, str(script), str(tmp_path), "reference", kind, form], check=True, timeout=300)

@@ -4,13 +4,13 @@ job's parameter servers (docs/parameter_servers.md) instead of allreduce.
 ps-sync: the gradients Keras computed are pushed and replaced by the servers' mean (op=Average)
 or sum (op=Sum) over the workers; the wrapped optimizer then applies them as after an allreduce.
 ps-async: the gradients are pushed, the servers apply them with their own SGD, Adam, AdamW,
-Adagrad or RMSprop (the wrapped optimizer's options, weight decay included; the learning rate and
-momentum of that step: a schedule's value, or what a callback such as LearningRateWarmupCallback
-set) and answer with their parameters, which are assigned to the model's variables; the wrapped
-optimizer's own update does not run. Its slots (momentum, Adam's moments, ...) hold the servers'
-state instead: they register it at the first step (a checkpoint loaded, or an elastic commit
-restored, is the servers' starting point) and pull_server_state() writes the servers' state into
-them (saving the optimizer does that first).
+Adagrad, RMSprop, Adamax, Adadelta or Nadam (Keras 3's) (the wrapped optimizer's options, weight decay
+included; the learning rate and momentum of that step: a schedule's value, or what a callback
+such as LearningRateWarmupCallback set) and answer with their parameters, which are assigned to
+the model's variables; the wrapped optimizer's own update does not run. Its slots (momentum,
+Adam's moments, ...) hold the servers' state instead: they register it at the first step (a
+checkpoint loaded, or an elastic commit restored, is the servers' starting point) and
+pull_server_state() writes the servers' state into them (saving the optimizer does that first).
 
 The exchange is a tf.numpy_function, so it runs eagerly and inside the train step Keras traces;
 the client connects at the first step, when the variables are known."""
@@ -20,9 +20,12 @@ import tensorflow as tf
 
 import hora.tensorflow as hvd
 from hora.tensorflow.util import build_optimizer_slots
+from hora._keras.keras_version import keras_generation
 from hora.common.exceptions import HoraInternalError
 from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, elastic_place,
-                                          warn_of_async_momentum)
+                                          nadam_momentum_product, warn_of_async_momentum)
+
+_SERVED = ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta", "Nadam")
 
 
 def _is_legacy(optimizer):
@@ -39,16 +42,21 @@ def _legacy_momentum_slot(optimizer):
 
 def server_optimizer(optimizer):
     """What the servers apply ps-async pushes with, as ParameterServerClient takes it: a Keras SGD,
-    Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta (with its weight_decay), in the form of the update it computes
-    (keras_form; Keras 2's legacy Adagrad, and its RMSprop without momentum, put epsilon outside
-    the root as torch does), its
-    learning rate as registered (a schedule registers 0: every push carries the step's own,
-    sgd_now); ValueError naming the option for anything else."""
+    Adam, AdamW, Adagrad, RMSprop, Adamax, Adadelta or Nadam (with its weight_decay), in the form of
+    the update it computes (keras_form; Keras 2's legacy Adagrad, and its RMSprop without momentum,
+    put epsilon outside the root as torch does), its learning rate as registered (a schedule
+    registers 0: every push carries the step's own, sgd_now); ValueError naming the option for
+    anything else."""
     config = optimizer.get_config()
     kind = type(optimizer).__name__
-    if kind not in ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta"):
-        raise ValueError(f"mode='ps-async' runs SGD, Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta on the "
-                         f"servers, not {kind}")
+    if kind not in _SERVED:
+        raise ValueError(f"mode='ps-async' runs {', '.join(_SERVED[:-1])} or {_SERVED[-1]} on the servers, not {kind}")
+    if kind == "Nadam" and keras_generation(type(optimizer)) == 2:
+        # Keras 2's Nadam (2.11+) multiplies its product of momenta once per variable in a traced
+        # step, not once per step, so its update depends on how many variables the model has; its
+        # legacy Nadam's schedule_decay is also a decay of the lr. The servers run Keras 3's.
+        raise ValueError("mode='ps-async' runs Keras 3's Nadam on the servers, not Keras 2's, whose update depends "
+                         "on the model's number of variables (its momentum product advances once per variable)")
     if config.get("nesterov"):
         raise ValueError("mode='ps-async': the servers' SGD has no nesterov; set it to False")
     for key in ("amsgrad", "decay", "clipnorm", "clipvalue", "global_clipnorm", "use_ema",
@@ -70,8 +78,10 @@ def server_optimizer(optimizer):
                "weight_decay": float(config.get("weight_decay") or 0.0), "decoupled_weight_decay": True}
     if kind == "SGD":
         options["momentum"] = float(config.get("momentum", 0.0))
-    elif kind in ("Adam", "Adamax"):
+    elif kind in ("Adam", "Adamax", "Nadam"):
         options.update(beta1=float(config["beta_1"]), beta2=float(config["beta_2"]), epsilon=float(config["epsilon"]))
+        if kind == "Nadam":
+            options["momentum_decay"] = 1.0  # Keras' momentum at step t: beta_1 (1 - 0.96^t / 2)
     elif kind == "Adadelta":
         options.update(rho=float(config["rho"]), epsilon=float(config["epsilon"]))
     elif kind == "Adagrad":
@@ -112,6 +122,7 @@ _KERAS_SLOTS = {"sgd": (("momentums", "momentum"),),
                 "adagrad": (("_accumulators", "accumulator"),),
                 "rmsprop": (("_momentums", "momentum"), ("_velocities", "rms"), ("_average_gradients", "mg")),
                 "adamax": (("_m", "m"), ("_u", "v")),
+                "nadam": (("_momentums", "m"), ("_velocities", "v")),
                 "adadelta": (("_accumulated_grads", "accum_grad"), ("_accumulated_delta_vars", "accum_var"))}
 
 
@@ -253,6 +264,10 @@ class KerasParameterServers:
             for variable, value in zip(variables, values):
                 if variable is not None:
                     variable.assign(value.reshape(variable.shape))
+        if self.server_optimizer["name"] == "nadam":  # the product of momenta is the step's
+            options = self.server_optimizer
+            self.optimizer._u_product.assign(
+                nadam_momentum_product(options["beta1"], options["momentum_decay"], self.server_step))
         return self.server_step
 
     def close(self):

@@ -10,6 +10,7 @@ made in (stale() once the job re-formed), and the optimizers make a new one then
 
 import atexit
 import collections
+import math
 import warnings
 import weakref
 
@@ -60,6 +61,16 @@ def warn_of_async_momentum(momentum, workers=None, rank=None, stacklevel=3):
     return True
 
 
+def nadam_momentum_product(beta1, momentum_decay, step):
+    """NAdam's product of momenta after `step` steps (torch's mu_product, Keras' _u_product),
+    which the servers compute from the step and do not send (src/ps/shard_state.h): the product
+    over t of beta1 (1 - 0.96^(t momentum_decay) / 2)."""
+    product = 1.0
+    for t in range(1, step + 1):
+        product *= beta1 * (1.0 - 0.5 * math.pow(0.96, t * momentum_decay))
+    return product
+
+
 def check_servers():
     """InvalidArgumentError unless this process is a worker of a job with parameter servers
     (horarun --servers K): for an optimizer that connects only at its first step."""
@@ -82,10 +93,11 @@ class ParameterServerClient:
     def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None, fp16=False,
                  initial_state=None):
         """optimizer (ps-async): what the servers apply the pushes with, a dict of "name" ("sgd",
-        "adam", "adagrad", "rmsprop", "adamax" or "adadelta"), "lr", "momentum" (sgd, rmsprop),
-        "beta1", "beta2" (adam, adamax), "epsilon" (all but sgd), "rho" (rmsprop, adadelta),
-        "centered" (rmsprop), "lr_decay",
-        "initial_accumulator_value" (adagrad), "weight_decay" with "decoupled_weight_decay" (any:
+        "adam", "adagrad", "rmsprop", "adamax", "adadelta", "nadam" or "radam"), "lr", "momentum"
+        (sgd, rmsprop), "beta1", "beta2" (adam, adamax, nadam, radam), "epsilon" (all but sgd),
+        "rho" (rmsprop, adadelta), "centered" (rmsprop), "lr_decay",
+        "initial_accumulator_value" (adagrad), "momentum_decay" and "nadam_torch1_form" (nadam:
+        torch before 2.0's update), "weight_decay" with "decoupled_weight_decay" (any:
         g + wd p, or p -= lr wd p before the update as AdamW does) and "keras_form" (Keras' form of
         the update rather than torch's). fp16 (Compression.fp16): the pushes, and ps-sync's replies,
         travel as float16; the servers sum and apply in float32. initial_state (ps-async): (step,
@@ -117,7 +129,8 @@ class ParameterServerClient:
         the order pull_optimizer_state() fills them: SGD the velocity; Adam the first and second
         moments; Adagrad the sum of squared gradients; RMSprop the momentum buffer, the mean
         square and, centered, the mean gradient; Adamax the first moment and the infinity norm;
-        Adadelta the mean squares of the gradient and of the update. 0 in ps-sync."""
+        Adadelta the mean squares of the gradient and of the update; NAdam and RAdam the first and
+        second moments. 0 in ps-sync."""
         return self._client.optimizer_slots
 
     def pull_optimizer_state(self, slots):

@@ -4,9 +4,10 @@ parameter servers (docs/parameter_servers.md) instead of allreduce.
 ps-sync: step() pushes every gradient, the servers answer with the mean (op=Average) or sum
 (op=Sum) over the workers, written back into .grad, and the wrapped optimizer steps as after an
 allreduce. ps-async: step() pushes the gradients, the servers apply them with their own SGD,
-Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta (the wrapped optimizer's options, weight decay
-included; lr and momentum as they are at that step, so that a scheduler's changes reach them)
-and answer with their parameters, which are copied into the model; the wrapped optimizer's own step does not run.
+Adam, AdamW, Adagrad, RMSprop, Adamax, Adadelta, NAdam or RAdam (the wrapped optimizer's options,
+weight decay included; lr and momentum as they are at that step, so that a scheduler's changes
+reach them) and answer with their parameters, which are copied into the model; the wrapped
+optimizer's own step does not run.
 Its state lives on the servers: state_dict() pulls it from them (torch's keys: a checkpoint loads
 into a plain torch optimizer too), and the first step registers the state the optimizer holds
 then (loaded from a checkpoint, or an elastic commit) as the servers' starting point.
@@ -30,7 +31,7 @@ import torch
 from hora.common.ops import Average, Sum
 from hora.common.exceptions import HoraInternalError
 from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, check_servers,
-                                           elastic_place, warn_of_async_momentum)
+                                           elastic_place, nadam_momentum_product, warn_of_async_momentum)
 from hora.torch.compression import Compression
 from hora.torch.hooked_optimizer import HookedOptimizer
 
@@ -51,18 +52,28 @@ _SERVER_OPTIMIZERS = (
      ("lr", "alpha", "eps", "momentum", "centered", "weight_decay")),
     (torch.optim.Adamax, "adamax", (("maximize", False),), ("lr", "betas", "eps", "weight_decay")),
     (torch.optim.Adadelta, "adadelta", (("maximize", False),), ("lr", "rho", "eps", "weight_decay")),
+    (torch.optim.NAdam, "nadam", (("maximize", False),),
+     ("lr", "betas", "eps", "weight_decay", "momentum_decay", "decoupled_weight_decay")),
+    (torch.optim.RAdam, "radam", (("maximize", False),),
+     ("lr", "betas", "eps", "weight_decay", "decoupled_weight_decay")),
 )
+_SERVED = "SGD, Adam, AdamW, Adagrad, RMSprop, Adamax, Adadelta, NAdam or RAdam"
+
+# torch before 2.0 computed NAdam's product of momenta for the next step with this step's momentum
+# twice (fixed in 2.0); the servers compute what this torch's own NAdam does.
+_NADAM_TORCH1_FORM = int(torch.__version__.split(".")[0]) < 2
 
 
 def server_optimizer(optimizer):
     """What the servers apply ps-async pushes with, as ParameterServerClient takes it: the wrapped
-    torch.optim.SGD's, Adam's, AdamW's, Adagrad's, RMSprop's, Adamax's or Adadelta's options now
-    (every param group alike); ValueError naming the option for anything the servers cannot run."""
+    torch.optim.SGD's, Adam's, AdamW's, Adagrad's, RMSprop's, Adamax's, Adadelta's, NAdam's or
+    RAdam's options now (every param group alike); ValueError naming the option for anything the
+    servers cannot run."""
     groups = optimizer.param_groups
     kind = next((entry for entry in _SERVER_OPTIMIZERS if isinstance(optimizer, entry[0])), None)
     if kind is None:
-        raise ValueError(f"mode='ps-async' runs SGD, Adam, AdamW, Adagrad, RMSprop, Adamax or Adadelta on the "
-                         f"servers: wrap one of those torch.optim optimizers, not {type(optimizer).__name__}")
+        raise ValueError(f"mode='ps-async' runs {_SERVED} on the servers: wrap one of those torch.optim "
+                         f"optimizers, not {type(optimizer).__name__}")
     _, name, neutral_options, keys = kind
     for key, neutral in neutral_options:
         if any(g.get(key, neutral) != neutral for g in groups):
@@ -72,12 +83,16 @@ def server_optimizer(optimizer):
     if any(g.get(k, 0) != first[k] for g in groups for k in keys):
         raise ValueError(f"mode='ps-async': every param group must have the same {', '.join(keys)}")
     options = {"name": name, "lr": float(first["lr"]), "weight_decay": float(first["weight_decay"]),
-               "decoupled_weight_decay": isinstance(optimizer, torch.optim.AdamW)}
+               # AdamW's, and torch 2's NAdam's and RAdam's with decoupled_weight_decay: p -= lr wd p
+               "decoupled_weight_decay": isinstance(optimizer, torch.optim.AdamW) or
+               bool(first.get("decoupled_weight_decay"))}
     if name == "sgd":
         options["momentum"] = float(first["momentum"])
-    elif name in ("adam", "adamax"):
+    elif name in ("adam", "adamax", "nadam", "radam"):
         beta1, beta2 = first["betas"]
         options.update(beta1=float(beta1), beta2=float(beta2), epsilon=float(first["eps"]))
+        if name == "nadam":
+            options.update(momentum_decay=float(first["momentum_decay"]), nadam_torch1_form=_NADAM_TORCH1_FORM)
     elif name == "adagrad":
         options.update(lr_decay=float(first["lr_decay"]), epsilon=float(first["eps"]),
                        initial_accumulator_value=float(first["initial_accumulator_value"]))
@@ -94,6 +109,7 @@ def _slot_names(options):
     ParameterServerClient.optimizer_slots), by server_optimizer's answer `options`."""
     return {"sgd": ("momentum_buffer",), "adam": ("exp_avg", "exp_avg_sq"), "adagrad": ("sum",),
             "adamax": ("exp_avg", "exp_inf"), "adadelta": ("square_avg", "acc_delta"),
+            "nadam": ("exp_avg", "exp_avg_sq"), "radam": ("exp_avg", "exp_avg_sq"),
             "rmsprop": ("momentum_buffer", "square_avg") + (("grad_avg",) if options.get("centered") else ())
             }[options["name"]]
 
@@ -179,14 +195,19 @@ class _ParameterServerOptimizer(HookedOptimizer):
         """ps-async: the servers' optimizer state now, into the wrapped optimizer's state."""
         _, slots = self._server_state()
         step = self._client.pull_optimizer_state([[t.data_ptr() for t in slot] for slot in slots])
-        if self._client_options["optimizer"]["name"] == "sgd":
+        options = self._client_options["optimizer"]
+        if options["name"] == "sgd":
             return  # torch's SGD counts no steps
+        counts = {"step": float(step)}
+        if options["name"] == "nadam":
+            counts["mu_product"] = nadam_momentum_product(options["beta1"], options["momentum_decay"], step)
         for p in self._params:
-            old = self.state[p].get("step")
-            if isinstance(old, torch.Tensor):
-                old.fill_(float(step))  # its shape and device as torch made it (capturable: (1,))
-            else:
-                self.state[p]["step"] = torch.tensor(float(step))
+            for key, value in counts.items():
+                old = self.state[p].get(key)
+                if isinstance(old, torch.Tensor):
+                    old.fill_(value)  # its shape and device as torch made it (capturable: (1,))
+                else:
+                    self.state[p][key] = torch.tensor(value)
 
     def state_dict(self):
         """The wrapped optimizer's state_dict. ps-async: the servers hold the optimizer's state

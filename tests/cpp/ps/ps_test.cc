@@ -365,6 +365,74 @@ TEST(PsShardState, AsyncAppliesTorchAdadelta) {
   });
 }
 
+// NAdam (betas 0.9, 0.999 as registered; eps 0.05), the momentum u_t = b1 (1 - 0.96^(t d) / 2)
+// and P_t = u_1 ... u_t: m = b1 m + (1 - b1) g; v = b2 v + (1 - b2) g^2; p -= lr ((1 - u_t) g /
+// (1 - P_t) + u_(t+1) m / (1 - P_(t+1))) / (sqrt(v / (1 - b2^t)) + eps), P_(t+1) = P_t u_(t+1)
+// (torch 2 with d = 0.004, Keras with d = 1) or P_t u_t u_(t+1) (torch 1.13).
+struct NadamCase {
+  const char* name;
+  double decay;
+  bool twice;
+};
+
+class PsNadam : public ::testing::TestWithParam<NadamCase> {};
+
+TEST_P(PsNadam, AsyncAppliesNadamInItsForm) {
+  const NadamCase c = GetParam();
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = ps::Optimizer::kNadam;
+  r.epsilon = 0.05;
+  r.lr_decay = c.decay;
+  r.nadam_twice = c.twice ? 1 : 0;
+  std::vector<double> m(3, 0.0), v(3, 0.0);
+  double product = 1;
+  const auto momentum = [&](int t) { return 0.9 * (1 - 0.5 * std::pow(0.96, t * c.decay)); };
+  expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double, int t) {
+    product *= momentum(t);
+    const double next = product * (c.twice ? momentum(t) : 1.0) * momentum(t + 1);
+    for (size_t i = 0; i < 3; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.999 * v[i] + 0.001 * g[i] * g[i];
+      const double denominator = std::sqrt(v[i] / (1 - std::pow(0.999, t))) + 0.05;
+      p[i] -= lr * ((1 - momentum(t)) * g[i] / (1 - product) + momentum(t + 1) * m[i] / (1 - next)) / denominator;
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Forms, PsNadam,
+                         ::testing::Values(NadamCase{"Torch", 0.004, false}, NadamCase{"Torch1", 0.004, true},
+                                           NadamCase{"Keras", 1.0, false}),
+                         [](const ::testing::TestParamInfo<NadamCase>& param) { return param.param.name; });
+
+// torch.optim.RAdam (betas 0.9, 0.999 as registered; eps 0.05): m, v as Adam's; r_inf = 2 / (1 -
+// b2) - 1, r_t = r_inf - 2 t b2^t / (1 - b2^t); p -= lr m / (1 - b1^t), times rect sqrt(1 - b2^t)
+// / (sqrt(v) + eps) once r_t > 5. With b2 = 0.9 (r_inf 19) the first 5 steps are plain momentum
+// and the rest rectified: both branches run.
+TEST(PsShardState, AsyncAppliesTorchRadam) {
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = ps::Optimizer::kRadam;
+  r.beta2 = 0.9;
+  r.epsilon = 0.05;
+  std::vector<double> m(3, 0.0), v(3, 0.0);
+  int rectified = 0;
+  expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double, int t) {
+    const double b2t = std::pow(0.9, t), rho_inf = 2 / (1 - 0.9) - 1;
+    const double rho = rho_inf - 2 * t * b2t / (1 - b2t);
+    rectified += rho > 5;
+    for (size_t i = 0; i < 3; ++i) {
+      m[i] = 0.9 * m[i] + 0.1 * g[i];
+      v[i] = 0.9 * v[i] + 0.1 * g[i] * g[i];
+      double step = lr * m[i] / (1 - std::pow(0.9, t));
+      if (rho > 5)
+        step *= std::sqrt((rho - 4) * (rho - 2) * rho_inf / ((rho_inf - 4) * (rho_inf - 2) * rho)) *
+                std::sqrt(1 - b2t) / (std::sqrt(v[i]) + 0.05);
+      p[i] -= step;
+    }
+  });
+  EXPECT_GT(rectified, 0);
+  EXPECT_LT(rectified, 8);
+}
+
 // A registration names an optimizer this server knows; every worker's Adagrad and RMSprop
 // options must agree, the field named.
 TEST(PsShardState, AsyncRegistrationsOfTheNewOptimizersMustAgree) {
@@ -402,7 +470,7 @@ TEST_P(PsOptimizerState, AServerStartedFromAnothersStateGoesOnAsItWould) {
   ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
   r.optimizer = c.optimizer;
   r.centered = c.centered ? 1 : 0;
-  r.lr_decay = c.optimizer == ps::Optimizer::kAdagrad ? 0.2 : 0.0;
+  r.lr_decay = c.optimizer == ps::Optimizer::kAdagrad ? 0.2 : c.optimizer == ps::Optimizer::kNadam ? 0.004 : 0.0;
   r.initial_accumulator = c.optimizer == ps::Optimizer::kAdagrad ? 0.1 : 0.0;
   ASSERT_EQ(ps::slotsOf(r.optimizer, c.centered), c.slots);
   const auto d = common::Deadline::after(10s);
@@ -448,7 +516,9 @@ INSTANTIATE_TEST_SUITE_P(Optimizers, PsOptimizerState,
                                            StateCase{"Rmsprop", ps::Optimizer::kRmsprop, false, 2},
                                            StateCase{"RmspropCentered", ps::Optimizer::kRmsprop, true, 3},
                                            StateCase{"Adamax", ps::Optimizer::kAdamax, false, 2},
-                                           StateCase{"Adadelta", ps::Optimizer::kAdadelta, false, 2}),
+                                           StateCase{"Adadelta", ps::Optimizer::kAdadelta, false, 2},
+                                           StateCase{"Nadam", ps::Optimizer::kNadam, false, 2},
+                                           StateCase{"Radam", ps::Optimizer::kRadam, false, 2}),
                          [](const ::testing::TestParamInfo<StateCase>& param) { return param.param.name; });
 
 TEST(PsShardState, OptimizerStateIsRefusedWhereThereIsNone) {
