@@ -15,6 +15,7 @@
 #include "common/knobs.h"
 #include "hora/errors.h"
 #include "launcher/ps_servers.h"
+#include "launcher/thread_budget.h"
 #include "launcher/worker_set.h"
 #include "rendezvous/tcp_store.h"
 
@@ -95,14 +96,17 @@ int runHostAgent(int plan_timeout_ms) {
   }
   installForwardingSignalHandlers();
   WorkerSet workers{std::chrono::milliseconds(plan.grace_ms)};
-  for (const auto& r : plan.ranks) {
-    WorkerSpec spec;
-    spec.rank = r.rank;
-    spec.host = plan.host;
-    spec.argv = plan.command;
-    spec.env = r.env;
-    workers.start(spec);
+  std::vector<WorkerSpec> specs(plan.ranks.size());
+  std::vector<std::map<std::string, std::string>*> envs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    specs[i].rank = plan.ranks[i].rank;
+    specs[i].host = plan.host;
+    specs[i].argv = plan.command;
+    specs[i].env = plan.ranks[i].env;
+    envs.push_back(&specs[i].env);
   }
+  addThreadBudget(envs, false);  // Note [thread budget]: this host's cores
+  for (const auto& spec : specs) workers.start(spec);
   // stdin's end of file: horarun (or its ssh) is gone, and so must the ranks be.
   const auto launcher_gone = [control]() -> std::string {
     pollfd p{control, POLLIN, 0};

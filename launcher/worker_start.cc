@@ -4,6 +4,7 @@
 
 #include "launcher/forwarded_env.h"
 #include "launcher/host_plan.h"
+#include "launcher/thread_budget.h"
 
 extern char** environ;
 
@@ -18,6 +19,7 @@ WorkerStart workerStart(const JobFlags& f) {
   start.cwd = std::filesystem::current_path().string();
   start.horarun = std::filesystem::canonical("/proc/self/exe").string();
   start.forwarded = forwardedEnvironment(environ);
+  start.verbose = f.verbose;
   start.is_local = [known = std::make_shared<std::map<std::string, bool>>()](const std::string& host) {
     auto it = known->find(host);
     if (it == known->end()) it = known->emplace(host, isLocalHost(host)).first;
@@ -72,6 +74,9 @@ std::vector<WorkerSpec> workerSpecs(const std::vector<Worker>& workers, const Wo
     for (const auto& [k, v] : start.forwarded) env.emplace(k, v);
     plan->second.ranks.push_back({w.number, std::move(env)});
   }
+  std::vector<Env*> local;  // the remote ones get theirs from their host agent, which knows its cores
+  for (auto& spec : specs) local.push_back(&spec.env);
+  addThreadBudget(local, start.verbose);
   for (const auto& key : remote_order) {
     const HostPlan& plan = remote.at(key);
     WorkerSpec spec;

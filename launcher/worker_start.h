@@ -38,6 +38,7 @@ struct WorkerStart {
   std::string horarun;                // this horarun's path, which remote hosts must have too
   Env forwarded;                      // this shell's environment, for remote workers
   std::function<bool(const std::string&)> is_local;  // this machine?
+  bool verbose = false;                               // --verbose: say what the launch decides
 };
 
 // The start of every worker of `f` from this process (its directory, path and environment).

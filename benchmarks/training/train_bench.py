@@ -7,6 +7,8 @@ Configurations (images/sec over the timed steps after warm-up steps), for each N
   1 process x 1 thread, 1 process x 2 threads (global batch on one process),
   hora N x 1 thread (DistributedOptimizer), DDP gloo N x 1 thread,
   DDP with gradient sync off (no_sync: the compute-only bound of N x 1 thread).
+Every process runs with OMP_NUM_THREADS = its threads: torch.set_num_threads does not size the
+pool of Debian's OpenBLAS, which otherwise starts a thread per core in every rank.
 Next to the step time: the CPU time of the framework's own threads per step, its share of the
 process's CPU in the timed window, and the main thread's CPU per step (see thread_cpu()).
 
@@ -378,8 +380,10 @@ def throughput(args, record):
             steps, warmup = args.steps or DEFAULT_STEPS[model][0], args.warmup or DEFAULT_STEPS[model][1]
             for c in configs:
                 print(f"round {rep + 1}/{args.repeat}: {model} {c.name}", file=sys.stderr, flush=True)
+                # OMP_NUM_THREADS sizes the BLAS pool (Debian's torch uses OpenBLAS, which
+                # torch.set_num_threads leaves alone): "x 1 thread" must mean one thread of math.
                 ranks = run_config(c.kind, c.np, worker_argv(c.kind, model, args.width, steps, warmup, c.threads),
-                                   extra_env=c.env)
+                                   extra_env={"OMP_NUM_THREADS": str(c.threads), **c.env})
                 s = summarize(ranks)
                 samples[model, c.name].append(s)
                 names_seen[c.name] = thread_names(ranks)
@@ -431,7 +435,7 @@ def time_to_accuracy(args, record):
         for kind in ("hora", "ddp"):  # alternating: A B A B
             print(f"time to accuracy {rep + 1}/{args.repeat}: {kind}", file=sys.stderr, flush=True)
             ranks = run_config(kind, 2, worker_argv(kind, "cnn", 1, 0, 0, target=args.target,
-                                                    eval_every=args.eval_every))
+                                                    eval_every=args.eval_every), extra_env={"OMP_NUM_THREADS": "1"})
             runs[kind].append(tta_summary(ranks))
             record["time_to_accuracy"].append(dict(kind=kind, round=rep, **runs[kind][-1], ranks=ranks))
     print(f"\n| model | framework | seconds to {args.target:.0%} test accuracy (median) | steps (median) "

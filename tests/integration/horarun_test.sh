@@ -80,6 +80,19 @@ HORA_ODD_VALUE2=plain "$horarun" -np 2 -x HORA_ODD_VALUE2=overridden sh -c \
 check "every rank gets the launcher's environment as it is; -x overrides it" $?
 unset HORA_ODD_VALUE
 
+# Note [thread budget]: ranks that share a host share its cores, unless the user chose.
+budget=$(( $(nproc) / 2 )); [ "$budget" -ge 1 ] || budget=1
+threads() { sed 's/^\[[0-9]\]<stdout>://' "$tmp/out" | sort -u | tr '\n' ' '; }
+(unset OMP_NUM_THREADS; "$horarun" -np 2 --verbose sh -c 'echo "${OMP_NUM_THREADS-unset}"' >"$tmp/out" 2>"$tmp/err")
+[ "$(threads)" = "$budget " ] && grep -q "horarun: OMP_NUM_THREADS=$budget for each of the 2 workers on this host" "$tmp/err"
+check "two ranks on a host get OMP_NUM_THREADS = cores / 2, and --verbose says so" $?
+(unset OMP_NUM_THREADS; "$horarun" -np 1 sh -c 'echo "${OMP_NUM_THREADS-unset}"' >"$tmp/out" 2>&1)
+[ "$(threads)" = "unset " ]; check "a rank alone on its host keeps the libraries' own thread count" $?
+OMP_NUM_THREADS=5 "$horarun" -np 2 sh -c 'echo "$OMP_NUM_THREADS"' >"$tmp/out" 2>&1
+[ "$(threads)" = "5 " ]; check "OMP_NUM_THREADS of the shell is kept" $?
+(unset OMP_NUM_THREADS; "$horarun" -np 2 -x OMP_NUM_THREADS=3 sh -c 'echo "$OMP_NUM_THREADS"' >"$tmp/out" 2>&1)
+[ "$(threads)" = "3 " ]; check "OMP_NUM_THREADS given with -x is kept" $?
+
 # Ranks that disagree on a job-wide knob fail at init, within 2 s, each naming the knob, its
 # values and the ranks holding each.
 start_ms=$(date +%s%3N)

@@ -7,10 +7,12 @@
 #include <string>
 #include <vector>
 
+#include "common/knobs.h"
 #include "expect_error.h"
 #include "launcher/host_plan.h"
 #include "launcher/hosts.h"
 #include "launcher/server_plan.h"
+#include "launcher/thread_budget.h"
 #include "launcher/worker_start.h"
 
 namespace hora::launcher {
@@ -228,6 +230,31 @@ TEST(AsyncWorkerTolerance, AHostAgentsRanksGoTogether) {
   EXPECT_NE(tolerate({5}).find("its other 3 worker(s)"), std::string::npos);
   AsyncWorkerTolerance none({}, [] { return true; });  // a job without servers, or a server's agent
   EXPECT_EQ(none({0}), "");
+}
+
+// Note [thread budget]: the cores of a host divided among the ranks started there, unless the
+// user chose (the worker's variables or the environment beneath them) or a rank is alone.
+TEST(ThreadBudget, TheHostsCoresAreDividedAmongItsRanks) {
+  const Env rank_of_two{{"HORA_LOCAL_SIZE", "2"}};
+  EXPECT_EQ(threadBudget(rank_of_two, false, 2, 2), "1");
+  EXPECT_EQ(threadBudget(rank_of_two, false, 8, 2), "4");
+  EXPECT_EQ(threadBudget(rank_of_two, false, 7, 2), "3");
+  EXPECT_EQ(threadBudget({{"HORA_LOCAL_SIZE", "4"}}, false, 2, 4), "1");  // never 0
+  // Two -H names of one machine: 3 ranks started there, though each name has fewer.
+  EXPECT_EQ(threadBudget({{"HORA_LOCAL_SIZE", "1"}}, false, 6, 3), "2");
+  EXPECT_EQ(threadBudget({{"HORA_LOCAL_SIZE", "1"}}, false, 2, 1), std::nullopt);  // alone
+  EXPECT_EQ(threadBudget({{"HORA_LOCAL_SIZE", "2"}, {"OMP_NUM_THREADS", "2"}}, false, 2, 2), std::nullopt);
+  EXPECT_EQ(threadBudget(rank_of_two, true, 2, 2), std::nullopt);  // inherited from the shell
+  EXPECT_EQ(threadBudget({{"HORA_RANK", "0"}}, false, 2, 2), std::nullopt);  // not a rank's variables
+}
+
+TEST(ThreadBudget, OnlyRanksAreCountedAndGiven) {
+  Env a{{"HORA_LOCAL_SIZE", "2"}}, b{{"HORA_LOCAL_SIZE", "2"}}, server{{"HORA_PS_SERVER", "0"}};
+  if (common::processVariable("OMP_NUM_THREADS")) GTEST_SKIP() << "OMP_NUM_THREADS is set: the budget stands aside";
+  EXPECT_EQ(addThreadBudget({&a, &b, &server}, false), 2);
+  EXPECT_EQ(a.at("OMP_NUM_THREADS"), std::to_string(std::max(1, usableCores() / 2)));
+  EXPECT_EQ(b.at("OMP_NUM_THREADS"), a.at("OMP_NUM_THREADS"));
+  EXPECT_EQ(server.count("OMP_NUM_THREADS"), 0u);
 }
 
 }  // namespace

@@ -1,0 +1,36 @@
+// How many threads each worker's math libraries may start, when the user did not say.
+//
+// Note [thread budget]: OpenMP, OpenBLAS and MKL start one thread per core in every process, and
+// so do the frameworks' intra-op pools that use them. N workers on a host of C cores then run N x C
+// threads that busy-wait for each other, and a step's time depends on how the scheduler happens to
+// interleave them (a 2-rank job on 2 cores measured here 1.5-2x slower, and far noisier, than with
+// one thread each). torch.set_num_threads does not help where torch's BLAS is OpenBLAS (Debian's):
+// OpenBLAS sizes its pool from OMP_NUM_THREADS or OPENBLAS_NUM_THREADS only. So, as torchrun does
+// (it sets 1), horarun gives a worker OMP_NUM_THREADS = max(1, C / N), C the cores this host lets
+// it use and N the job's workers on the host, unless the worker's environment has OMP_NUM_THREADS
+// already (the user's shell, -x or --env) or it is alone on its host. With --verbose it says so.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace hora::launcher {
+
+// The OMP_NUM_THREADS to give a worker whose variables are `env` (HORA_LOCAL_SIZE among them) on
+// a host of `cores` usable cores, started together with `together` - 1 other ranks there (which
+// may be more than its local size says: two -H names of one machine), or nothing (see the Note).
+// `inherited`: whether the environment the worker inherits beneath `env` sets OMP_NUM_THREADS.
+std::optional<std::string> threadBudget(const std::map<std::string, std::string>& env, bool inherited, int cores,
+                                        int together);
+
+// The cores this process may run on (its affinity mask, which taskset and cgroups' cpusets
+// narrow), at least 1.
+int usableCores();
+
+// Adds threadBudget's OMP_NUM_THREADS to each of `envs` (the workers this process starts on its
+// host, beneath its own environment), saying so on stderr if `say`; returns how many it set it for.
+int addThreadBudget(std::vector<std::map<std::string, std::string>*> envs, bool say);
+
+}  // namespace hora::launcher
