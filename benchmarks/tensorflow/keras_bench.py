@@ -12,10 +12,15 @@ after the warm-up steps, from Keras' own model.fit):
   barrier horarun -np N, each rank training alone (no gradient exchange) but meeting the others
           once per step in a 4-byte hvd.allreduce (eager, after the step): what synchronizing
           the ranks every step costs by itself, the floor under any exchange of gradients
+  alone   horarun -np N, hvd.init() and nothing more: each rank trains alone, measured as the
+          bound is; what running under horarun with hora's threads costs without any meeting
   bound   N plain Keras processes at once, each training alone on its share of the batch, no
           exchange at all: their images/s together, over the window in which all of them are in
           their timed steps (common_window_rate), is what N ranks could reach if communication
-          cost nothing
+          cost nothing. Beside it, "bound in lockstep": the bound's own steps as if its processes
+          had met after each (every step as long as its slowest process's): an estimate of what
+          the step-time jitter alone costs a synchronous job (rough: a rank that waits gives its
+          core to the others, which the estimate leaves out)
 Every process runs 1 intra-op and 1 inter-op thread (N ranks x 1 thread; at N = 4 the ranks
 share the 2 cores). The images are random, of Fashion-MNIST's shape, held in memory: the data
 pipeline is not what is compared.
@@ -25,7 +30,7 @@ tutorial's WideResNet (examples/keras/fashion_mnist.py's architecture, --depth/-
 batch 32 as in the tutorial).
 
 usage: .venv/bin/python benchmarks/tensorflow/keras_bench.py [--np 2 4] [--models cnn wrn]
-           [--configs hora mwms bound (barrier)] [--repeat 3] [--hora-variant K=V] [--python .venv/bin/python] [--json FILE]
+           [--configs hora mwms bound (barrier alone)] [--repeat 3] [--hora-variant K=V] [--python .venv/bin/python] [--json FILE]
            (prints markdown; --hosts NS:ADDR NS:ADDR --ssh-key KEY puts one rank on each of
            those network namespaces: benchmarks/multihost/keras_tbf.sh sets them up)
 """
@@ -45,7 +50,7 @@ import time
 
 HERE = os.path.abspath(__file__)
 GLOBAL_BATCH = {"cnn": 128, "wrn": 32}
-CONFIGS = ("hora", "mwms", "barrier", "bound")
+CONFIGS = ("hora", "mwms", "barrier", "alone", "bound")
 RESULT = re.compile(r"RESULT rank=(\d+) images_per_s=(\S+)")
 STEP_ENDS = re.compile(r"STEP_ENDS rank=(\d+) images_per_step=(\d+) (\[.*\])")
 
@@ -138,7 +143,7 @@ def worker(args):
     else:
         model = build_model(args.model, args.depth, args.width)
         optimizer = tf.keras.optimizers.SGD(0.01, momentum=0.9)
-        if args.worker in ("hora", "barrier"):
+        if args.worker in ("hora", "barrier", "alone"):
             hvd = importlib.import_module(args.api)
             hvd.init()
             rank = hvd.rank()
@@ -147,16 +152,17 @@ def worker(args):
             callbacks.append(hvd.callbacks.BroadcastGlobalVariablesCallback(0))
         elif args.worker == "barrier":
             callbacks.append(step_barrier(hvd))
-        else:
+        elif args.worker == "bound":
             rank = int(os.environ.get("BENCH_INDEX", "0"))
         model.compile(optimizer=optimizer, loss=loss)
         data = random_images(per_rank, rank)
     clock = step_clock(args.warmup)
     model.fit(data, steps_per_epoch=args.warmup + args.steps, epochs=1, verbose=0,
               callbacks=callbacks + [clock])
-    images = args.steps * (per_rank if args.worker == "bound" else per_rank * args.ranks)
+    alone = args.worker in ("bound", "alone")
+    images = args.steps * (per_rank if alone else per_rank * args.ranks)
     print(f"RESULT rank={rank} images_per_s={images / (clock.ends[-1] - clock.ends[0]):.2f}", flush=True)
-    if args.worker == "bound":
+    if alone:
         print(f"STEP_ENDS rank={rank} images_per_step={per_rank} {json.dumps(clock.ends)}", flush=True)
 
 
@@ -178,7 +184,7 @@ def commands_for(config, n, argv, env, args):
     the hosts' addresses in TF_CONFIG."""
     hosts = args.hosts or [(None, "127.0.0.1")] * n
     on_host = [["ip", "netns", "exec", ns] if ns else [] for ns, _ in hosts]
-    if config in ("hora", "barrier"):
+    if config in ("hora", "barrier", "alone"):
         horarun = [os.path.join(os.path.dirname(args.python), "horarun"), "-np", str(n)]
         if args.hosts:
             horarun += ["-i", args.ssh_key, "-H", ",".join(f"{ip}:1" for _, ip in hosts),
@@ -200,7 +206,8 @@ def variant_of(config):
 
 
 def run_config(config, model, n, args):
-    """images/s of one run: rank 0's for hora and mwms, the sum of the processes' for bound."""
+    """images/s of one run: rank 0's for hora and mwms, the processes' together for bound and
+    alone."""
     config, knobs = variant_of(config)
     argv = [args.python, HERE, "--worker", config, "--model", model, "--ranks", str(n),
             "--depth", str(args.depth), "--width", str(args.width), "--steps", str(args.steps[model]),
@@ -228,11 +235,11 @@ def run_config(config, model, n, args):
                for rank, value in RESULT.findall(out)}  # horarun prefixes lines with "[rank]<stdout>:"
     if any(p.returncode for p in processes) or len(results) != n:
         raise RuntimeError(f"{config} {model} np={n} failed:\n" + "\n".join(o[-3000:] for o in outputs))
-    if config != "bound":
+    if config not in ("bound", "alone"):
         return results[0], {}
     steps = [(json.loads(ends), int(per_step)) for out in outputs
              for _, per_step, ends in STEP_ENDS.findall(out)]
-    return common_window_rate(steps), {"own_windows": sum(results.values())}
+    return common_window_rate(steps), {"own_windows": sum(results.values()), "lockstep": lockstep_rate(steps)}
 
 
 def common_window_rate(processes):
@@ -247,6 +254,18 @@ def common_window_rate(processes):
         raise RuntimeError("the bound's processes never trained at the same time: give more --steps")
     images = sum(per_step * (steps_done(ends, end) - steps_done(ends, start)) for ends, per_step in processes)
     return images / (end - start)
+
+
+def lockstep_rate(processes):
+    """images/s the bound's processes [(step end times, images per step)] would reach had they
+    met after every step, each step taking as long as its slowest process's same step did: the
+    cost of synchronizing alone, from the processes' own step-time jitter (any synchronous
+    exchange pays it; the steps' durations are taken as they were, though waiting would change
+    how the processes share the cores)."""
+    durations = [[b - a for a, b in zip(ends, ends[1:])] for ends, _ in processes]
+    steps = min(len(d) for d in durations)
+    seconds = sum(max(d[k] for d in durations) for k in range(steps))
+    return steps * sum(per_step for _, per_step in processes) / seconds
 
 
 def steps_done(ends, t):
@@ -307,20 +326,26 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump(runs, f, indent=1)
-    names = {"hora": "hora", "mwms": "MWMS", "barrier": "barrier", "bound": "bound"}
-    ratios = [(a, b) for a, b in (("hora", "mwms"), ("hora", "bound"), ("barrier", "bound"), ("hora", "barrier"))
+    names = {"hora": "hora", "mwms": "MWMS", "barrier": "barrier", "alone": "alone", "bound": "bound"}
+    ratios = [(a, b) for a, b in (("hora", "mwms"), ("hora", "bound"), ("barrier", "bound"), ("alone", "bound"),
+                                  ("hora", "barrier"))
               if {a, b} <= set(args.configs)]
     ratios += [(v, b) for v in variants for b in ("bound", "hora") if b in args.configs]
+    lockstep = "bound" in args.configs  # the bound's steps, as if it met after each (lockstep_rate)
     print("\n| model | ranks | " + " | ".join(f"{names.get(c, c)} images/s" for c in args.configs) + " | "
-          + " | ".join(f"{names.get(a, a)} / {names.get(b, b)}" for a, b in ratios) + " |")
-    print("|---|---|" + "---|" * (len(args.configs) + len(ratios)))
+          + " | ".join(f"{names.get(a, a)} / {names.get(b, b)}" for a, b in ratios)
+          + (" | bound in lockstep / bound" if lockstep else "") + " |")
+    print("|---|---|" + "---|" * (len(args.configs) + len(ratios) + lockstep))
     med = statistics.median
     for model in args.models:
         for n in args.np:
             runs_of = {c: runs[f"{model} np={n} {c}"] for c in args.configs}
             cells = [f"{med(v):.1f} ({' / '.join(f'{x:.1f}' for x in v)})" for v in runs_of.values()]
-            for a, b in ratios:
-                pairs = [x / y for x, y in zip(runs_of[a], runs_of[b])]
+            columns = [(runs_of[a], runs_of[b]) for a, b in ratios]
+            if lockstep:
+                columns.append((runs[f"{model} np={n} bound lockstep"], runs_of["bound"]))
+            for tops, bottoms in columns:
+                pairs = [x / y for x, y in zip(tops, bottoms)]
                 cells.append(f"{med(pairs):.2f} ({' / '.join(f'{r:.2f}' for r in pairs)})")
             print(f"| {model} | {n} | " + " | ".join(cells) + " |")
 
