@@ -37,7 +37,8 @@ int usableCores() {
 int addThreadBudget(std::vector<std::map<std::string, std::string>*> envs, bool say) {
   const bool inherited = common::processVariable(kThreads).has_value();
   const int cores = usableCores();
-  const auto together = static_cast<int>(std::count_if(envs.begin(), envs.end(), [](auto* env) { return isRank(*env); }));
+  const auto together =
+      static_cast<int>(std::count_if(envs.begin(), envs.end(), [](auto* env) { return isRank(*env); }));
   int set = 0;
   std::string value;
   for (auto* env : envs) {

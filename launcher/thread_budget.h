@@ -1,14 +1,15 @@
 // How many threads each worker's math libraries may start, when the user did not say.
 //
-// Note [thread budget]: OpenMP, OpenBLAS and MKL start one thread per core in every process, and
-// so do the frameworks' intra-op pools that use them. N workers on a host of C cores then run N x C
-// threads that busy-wait for each other, and a step's time depends on how the scheduler happens to
-// interleave them (a 2-rank job on 2 cores measured here 1.5-2x slower, and far noisier, than with
-// one thread each). torch.set_num_threads does not help where torch's BLAS is OpenBLAS (Debian's):
-// OpenBLAS sizes its pool from OMP_NUM_THREADS or OPENBLAS_NUM_THREADS only. So, as torchrun does
-// (it sets 1), horarun gives a worker OMP_NUM_THREADS = max(1, C / N), C the cores this host lets
-// it use and N the job's workers on the host, unless the worker's environment has OMP_NUM_THREADS
-// already (the user's shell, -x or --env) or it is alone on its host. With --verbose it says so.
+// Note [thread budget]: OpenMP, OpenBLAS and MKL start a thread per core in every process unless
+// told otherwise. N workers on a host of C cores then run N x C math threads, which spin while
+// they wait for each other, and a step's time depends on how the scheduler interleaves them (the
+// torch CNN's compute bound at 2 ranks on 2 cores: repeats spread over 1198-2283 images/s so,
+// 2221-2495 with one thread each). torch.set_num_threads does not help where torch's BLAS is
+// OpenBLAS (Debian's): OpenBLAS sizes its pool from OMP_NUM_THREADS or OPENBLAS_NUM_THREADS. So,
+// as torchrun does (it sets 1), horarun gives a worker OMP_NUM_THREADS = max(1, C / N), C the
+// cores this host lets it use and N the job's workers on the host, unless the worker's
+// environment has OMP_NUM_THREADS already (the user's shell, or -x) or it is alone on its host.
+// With --verbose it says so.
 #pragma once
 
 #include <map>
