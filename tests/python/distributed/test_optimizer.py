@@ -1,6 +1,7 @@
 """DistributedOptimizer, broadcast_optimizer_state, SyncBatchNorm and re-initialisation: the
 behaviours Horovod's own PyTorch tests check, on CPU (one test per behaviour)."""
 
+import copy
 import inspect
 import itertools
 import warnings
@@ -171,13 +172,16 @@ def test_named_parameters_must_cover_the_optimizers_parameters():
 
 def test_without_named_parameters_every_parameter_gets_a_distinct_name():
     model = torch.nn.Sequential(torch.nn.Linear(10, 10), torch.nn.Linear(10, 10))
+    plain = copy.deepcopy(model)  # its gradients are this rank's own: no hook reduces them
     optimizer = torch.optim.SGD([{"params": model[0].parameters()}, {"params": model[1].parameters()}], lr=0.1)
     optimizer = hvd.DistributedOptimizer(optimizer)
     torch.manual_seed(hvd.rank())
     x = torch.randn(4, 10)
+    plain(x).sum().backward()
+    # Not model's gradients after backward(): the hooks reduce them in place from inside it.
+    expected = hvd.allgather_object([p.grad.numpy().copy() for p in plain.parameters()])
     optimizer.zero_grad()
     model(x).sum().backward()
-    expected = hvd.allgather_object([p.grad.numpy().copy() for p in model.parameters()])
     optimizer.step()  # reduces; the reduced gradients are the mean of every rank's
     for i, p in enumerate(model.parameters()):
         np.testing.assert_allclose(p.grad.numpy(), np.mean([e[i] for e in expected], axis=0), rtol=1e-5)
