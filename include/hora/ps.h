@@ -151,6 +151,9 @@ class HORA_API ParameterServerClient {
   // by tensor, as PsOptimizerState); returns its step count. A server's state is copied at
   // once, while the other workers' pushes go on.
   uint64_t pullOptimizerState(const std::vector<std::vector<float*>>& slots);
+  // kNadam: the product of momenta after `step` of the servers' steps, with the beta1 the servers
+  // apply (HORA_PS_COMPENSATE_MOMENTUM lowers it): what the optimizer's own state holds there.
+  double nadamMomentumProduct(uint64_t step) const;
 
   // Says goodbye to every server; later calls fail with ShutdownError. Idempotent.
   void close();

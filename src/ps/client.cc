@@ -28,6 +28,7 @@
 #include "hora/errors.h"
 #include "hora/ps.h"
 #include "ps/channel.h"
+#include "ps/nadam.h"
 #include "ps/sharding.h"
 #include "rendezvous/tcp_store.h"
 
@@ -582,6 +583,10 @@ ParameterServerClient& ParameterServerClient::operator=(ParameterServerClient&&)
 
 int ParameterServerClient::servers() const { return static_cast<int>(impl_->channels.size()); }
 int ParameterServerClient::optimizerSlots() const { return psOptimizerSlots(impl_->options); }
+
+double ParameterServerClient::nadamMomentumProduct(uint64_t step) const {
+  return ps::nadamMomentumProduct(impl_->options.beta1, impl_->options.momentum_decay, step);
+}
 
 void ParameterServerClient::setSgd(double lr, double momentum) {
   std::lock_guard lock(impl_->mutex);

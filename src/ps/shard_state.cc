@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ps/nadam.h"
+
 namespace hora::ps {
 
 ShardState::ShardState(std::string name, int workers)
@@ -91,8 +93,7 @@ void ShardState::initialize(const Registration& r, std::vector<float> initial) {
     step_base_ = r.optimizer_step;
   }
   // NAdam's product of momenta is a function of the step: the workers' optimizers do not send it.
-  if (r.optimizer == Optimizer::kNadam)
-    for (uint64_t t = 1; t <= step_base_; ++t) nadam_product_ *= nadamMomentum(t);
+  if (r.optimizer == Optimizer::kNadam) nadam_product_ = nadamMomentumProduct(r.beta1, r.lr_decay, step_base_);
   initial.resize(n);
   params_ = std::move(initial);
   initialized_ = true;
@@ -332,15 +333,12 @@ void ShardState::applyAdadelta(const float* g, float lr) {
   }
 }
 
-double ShardState::nadamMomentum(uint64_t t) const {
-  return config_->beta1 * (1.0 - 0.5 * std::pow(0.96, static_cast<double>(t) * config_->lr_decay));
-}
-
 void ShardState::applyNadam(const float* g, float lr) {
   // As torch.optim.NAdam and Keras' Nadam compute it (Note at the top of shard_state.h), t the
   // server's step; the momenta and their product in double.
   const uint64_t t = step_base_ + applied_ + 1;
-  const double u = nadamMomentum(t), u_next = nadamMomentum(t + 1);
+  const double u = nadamMomentum(config_->beta1, config_->lr_decay, t);
+  const double u_next = nadamMomentum(config_->beta1, config_->lr_decay, t + 1);
   nadam_product_ *= u;
   const double product_next = nadam_product_ * (config_->nadam_twice ? u : 1.0) * u_next;
   const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);

@@ -126,7 +126,6 @@ class ShardState {
   void applyAdadelta(const float* g, float lr);       // mutex_ held
   void applyNadam(const float* g, float lr);          // mutex_ held; the update applied_ + 1
   void applyRadam(const float* g, float lr);          // mutex_ held; the update applied_ + 1
-  double nadamMomentum(uint64_t t) const;             // NAdam's u_t
   uint64_t slowestLive() const;             // mutex_ held
   std::string workersBehind(uint64_t step) const;  // mutex_ held: "worker 2 (step 4)"
   void checkFailed() const;                 // mutex_ held: rethrows failure_

@@ -169,6 +169,8 @@ void bindParameterServers(py::module_& m) {
           py::arg("slots"),
           "ps-async, between steps: writes the servers' optimizer state into `slots` (addresses by slot, "
           "then by tensor) and returns its step count.")
+      .def("nadam_momentum_product", &hora::ParameterServerClient::nadamMomentumProduct, py::arg("step"),
+           "NAdam: the product of momenta after `step` of the servers' steps, with the beta1 they apply.")
       .def_property_readonly(
           "optimizer_slots", [](const hora::ParameterServerClient& c) { return c.optimizerSlots(); },
           "How many slots the servers' optimizer keeps (0 in ps-sync): see hora::psOptimizerSlots.")

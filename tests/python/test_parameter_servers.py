@@ -613,6 +613,43 @@ def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optim
         assert not np.allclose(resumed[key].numpy(), reference["restarted"][key].numpy(), rtol=1e-4, atol=1e-5)
 
 
+COMPENSATED_NADAM = textwrap.dedent("""
+    import json, sys, torch
+    import hora.torch as hvd
+    out = sys.argv[1]
+    hvd.init()
+    p = torch.nn.Parameter(torch.ones(20))
+    opt = hvd.DistributedOptimizer(torch.optim.NAdam([p], lr=0.01, betas=(0.8, 0.99), momentum_decay=0.05),
+                                   named_parameters=[("p", p)], mode="ps-async")
+    for s in range(6):
+        opt.zero_grad()
+        (p * (hvd.rank() + 1)).sum().backward()
+        opt.step()
+    hvd.barrier()  # both workers' 6 pushes applied
+    state = opt.state_dict()["state"][0]
+    json.dump({"step": float(state["step"]), "mu_product": float(state["mu_product"])},
+              open(f"{out}/rank{hvd.rank()}.json", "w"))
+""")
+
+
+def test_compensated_nadam_writes_the_product_of_the_momenta_the_servers_applied(tmp_path):
+    """HORA_PS_COMPENSATE_MOMENTUM=1 with 2 workers: the servers run NAdam with beta1 0.8 - 1/2;
+    the mu_product a checkpoint holds is the product of those momenta, not of the user's."""
+    script = tmp_path / "nadam.py"
+    script.write_text(COMPENSATED_NADAM)
+    out = horarun(2, 1, script, tmp_path, knobs={"HORA_PS_COMPENSATE_MOMENTUM": "1"})
+    assert out.returncode == 0, out.stdout + out.stderr
+
+    def product(beta1, steps):
+        return np.prod([beta1 * (1 - 0.5 * 0.96 ** (t * 0.05)) for t in range(1, steps + 1)])
+
+    for r in range(2):
+        state = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert state["step"] == 12, state
+        assert state["mu_product"] == pytest.approx(product(0.3, 12), rel=1e-6), state
+        assert state["mu_product"] != pytest.approx(product(0.8, 12), rel=1e-2), state
+
+
 # ---- float16 and bfloat16 parameters: float32 on the servers ----
 
 HALF = textwrap.dedent("""

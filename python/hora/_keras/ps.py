@@ -23,7 +23,7 @@ from hora.tensorflow.util import build_optimizer_slots
 from hora._keras.keras_version import keras_generation
 from hora.common.exceptions import HoraInternalError
 from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, elastic_place,
-                                          nadam_momentum_product, warn_of_async_momentum)
+                                          warn_of_async_momentum)
 
 _SERVED = ("SGD", "Adam", "AdamW", "Adagrad", "RMSprop", "Adamax", "Adadelta", "Nadam")
 
@@ -265,9 +265,7 @@ class KerasParameterServers:
                 if variable is not None:
                     variable.assign(value.reshape(variable.shape))
         if self.server_optimizer["name"] == "nadam":  # the product of momenta is the step's
-            options = self.server_optimizer
-            self.optimizer._u_product.assign(
-                nadam_momentum_product(options["beta1"], options["momentum_decay"], self.server_step))
+            self.optimizer._u_product.assign(self.client.nadam_momentum_product(self.server_step))
         return self.server_step
 
     def close(self):

@@ -10,7 +10,6 @@ made in (stale() once the job re-formed), and the optimizers make a new one then
 
 import atexit
 import collections
-import math
 import warnings
 import weakref
 
@@ -59,16 +58,6 @@ def warn_of_async_momentum(momentum, workers=None, rank=None, stacklevel=3):
     _warned_of_momentum = True
     warnings.warn(message, stacklevel=stacklevel)
     return True
-
-
-def nadam_momentum_product(beta1, momentum_decay, step):
-    """NAdam's product of momenta after `step` steps (torch's mu_product, Keras' _u_product),
-    which the servers compute from the step and do not send (src/ps/shard_state.h): the product
-    over t of beta1 (1 - 0.96^(t momentum_decay) / 2)."""
-    product = 1.0
-    for t in range(1, step + 1):
-        product *= beta1 * (1.0 - 0.5 * math.pow(0.96, t * momentum_decay))
-    return product
 
 
 def check_servers():
@@ -138,6 +127,12 @@ class ParameterServerClient:
         `slots` (addresses by slot, then by tensor) and returns its step count (the pushes the
         servers applied, after the registered initial state's)."""
         return self._client.pull_optimizer_state([list(slot) for slot in slots])
+
+    def nadam_momentum_product(self, step):
+        """NAdam (ps-async): the product of momenta after `step` of the servers' steps (torch's
+        mu_product, Keras' _u_product), computed from the step as the servers compute it, with the
+        beta1 they apply (lowered by HORA_PS_COMPENSATE_MOMENTUM): it is never sent."""
+        return self._client.nadam_momentum_product(int(step))
 
     def set_sgd(self, lr, momentum=0.0):
         """ps-async: the learning rate (and SGD's or RMSprop's momentum) the servers apply the next pushes with

@@ -31,7 +31,7 @@ import torch
 from hora.common.ops import Average, Sum
 from hora.common.exceptions import HoraInternalError
 from hora.common.parameter_servers import (PS_ASYNC, PS_SYNC, ParameterServerClient, check_servers,
-                                           elastic_place, nadam_momentum_product, warn_of_async_momentum)
+                                           elastic_place, warn_of_async_momentum)
 from hora.torch.compression import Compression
 from hora.torch.hooked_optimizer import HookedOptimizer
 
@@ -200,7 +200,7 @@ class _ParameterServerOptimizer(HookedOptimizer):
             return  # torch's SGD counts no steps
         counts = {"step": float(step)}
         if options["name"] == "nadam":
-            counts["mu_product"] = nadam_momentum_product(options["beta1"], options["momentum_decay"], step)
+            counts["mu_product"] = self._client.nadam_momentum_product(step)
         for p in self._params:
             for key, value in counts.items():
                 old = self.state[p].get(key)
