@@ -47,6 +47,15 @@ def outcome_of(call):
         return outcome
 
 
+def _rank_now(start_rank):
+    """The rank this worker ends with: an elastic job's ranks change as it re-forms (its workers
+    have no HORA_RANK). The function's own hora, if it initialized one, knows it."""
+    basics = sys.modules.get("hora.common.basics")
+    if basics is not None and basics.is_initialized():
+        return basics.rank()
+    return start_rank
+
+
 def main():
     rank = int(os.environ.get("HORA_RANK", "0"))
     payload = os.environ.get("HORA_RUN_PAYLOAD")
@@ -59,7 +68,7 @@ def main():
         return fn(*args, **kwargs)
 
     outcome = outcome_of(call)
-    _report(rank, outcome)
+    _report(_rank_now(rank), outcome)
     return 0 if outcome[0] == "ok" else 1
 
 

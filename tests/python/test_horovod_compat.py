@@ -201,16 +201,17 @@ def job(base):
     import horovod.torch as hvd
     hvd.init()
     return base + hvd.rank()
-print(horovod.run(job, args=(10,), num_proc=2))
-print(horovod.run(job, kwargs={{'base': 0}}, np=2, hostfile={str(hostfile)!r}, use_gloo=True))
+print('static:', horovod.run(job, args=(10,), num_proc=2))
+print('hostfile:', horovod.run(job, kwargs={{'base': 0}}, np=2, hostfile={str(hostfile)!r}, use_gloo=True))
+print('elastic:', horovod.run(job, args=(20,), num_proc=2, min_num_proc=1, max_num_proc=2, hosts='localhost:2'))
 try:
-    horovod.run(job, num_proc=2, min_num_proc=1)
+    horovod.run(job, num_proc=2, network_interface='eth0')
 except ValueError as e:
     print('refused:', e)
 """, env)
-    lines = out.strip().splitlines()
-    assert lines[0] == "[10, 11]" and lines[1] == "[0, 1]"
-    assert lines[2].startswith("refused:") and "min_num_proc" in lines[2]
+    lines = [line for line in out.splitlines() if not line.startswith("[")]
+    assert lines[:3] == ["static: [10, 11]", "hostfile: [0, 1]", "elastic: [20, 21]"], out
+    assert lines[3].startswith("refused:") and "network_interface" in lines[3], out
 
 
 def test_horovodrun_starts_a_job(compat):

@@ -121,3 +121,53 @@ def test_a_rank_that_exits_without_reporting_leads():
     err = info.value
     assert err.rank == 1
     assert str(err).startswith("rank 1 exited with code 9 before returning a result"), str(err)
+
+
+def _elastic_job(failure):
+    """Trains a one-weight model for 8 committed steps under hvd.elastic.run; the worker on host
+    127.0.0.2 fails (`failure`: "kill" or "raise") at step 3 of the first generation."""
+    def job():
+        import os as _os
+        import signal as _signal
+        import torch
+        import hora.torch as hvd
+        hvd.init()
+        model = torch.nn.Linear(4, 1)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.1),
+                                       named_parameters=model.named_parameters())
+        state = hvd.elastic.TorchState(model=model, optimizer=opt, step=0)
+
+        @hvd.elastic.run
+        def train(state):
+            while state.step < 8:
+                if state.step == 3 and _os.environ["HORA_ELASTIC_WORKER_ID"].startswith("127.0.0.2"):
+                    if failure == "kill":
+                        _os.kill(_os.getpid(), _signal.SIGKILL)
+                    raise ValueError("bad shard 3")
+                opt.zero_grad()
+                model(torch.ones(2, 4)).sum().backward()
+                opt.step()
+                state.step += 1
+                state.commit()
+            return hvd.rank(), hvd.size(), state.step
+
+        return train(state)
+    return job
+
+
+def test_an_elastic_run_goes_on_without_a_killed_worker_and_returns_the_last_generations_results(monkeypatch):
+    monkeypatch.setenv("HORA_ELASTIC_JOIN_WINDOW_SECONDS", "3")
+    results = hora.run(_elastic_job("kill"), np=2, hosts="127.0.0.1:1,127.0.0.2:1", min_np=1, max_np=2)
+    assert results == [(0, 1, 8)]
+
+
+def test_an_elastic_run_without_failures_returns_every_rank_in_order():
+    results = hora.run(_elastic_job("none"), np=2, hosts="localhost:2", min_np=1, max_np=2)
+    assert results == [(0, 2, 8), (1, 2, 8)]
+
+
+def test_an_elastic_run_that_cannot_go_on_raises_the_root_cause():
+    with pytest.raises(hora.RunError) as info:  # min_np 2: the job cannot go on with one worker
+        hora.run(_elastic_job("raise"), np=2, hosts="127.0.0.1:1,127.0.0.2:1", min_np=2, max_np=2,
+                 elastic_timeout=5)
+    assert "raised ValueError: bad shard 3" in str(info.value), str(info.value)
