@@ -132,6 +132,9 @@ from horovod.ray.elastic import ElasticRayExecutor, RayHostDiscovery
 from horovod.ray.worker import BaseHorovodWorker
 assert RayExecutor is hora.ray.RayExecutor and ElasticRayExecutor is hora.ray.ElasticRayExecutor
 assert RayHostDiscovery is hora.ray.RayHostDiscovery and BaseHorovodWorker is hora.ray.BaseHorovodWorker
+from horovod.ray import ray_logger
+import hora.ray.ray_logger
+assert ray_logger is hora.ray.ray_logger
 """, env)
 
 

@@ -1,6 +1,7 @@
 """hora on Ray: ``RayExecutor`` (horovod.ray's), whose ranks are Ray actors placed by a
 placement group, or with ``min_workers`` an elastic job on Ray's nodes; and
-``ElasticRayExecutor`` (horovod.ray's older elastic API). docs/spark_ray.md.
+``ElasticRayExecutor`` (horovod.ray's older elastic API); ``ray_logger.log`` sends a worker's
+items to the driver's callbacks. docs/spark_ray.md.
 
 The names are imported on first use, so that importing a submodule does not pay for importing
 Ray where it is not needed."""

@@ -11,6 +11,7 @@ from typing import Optional
 import ray
 
 import hora.ray.placement as placement
+from hora.ray import ray_logger
 from hora.ray.discovery import RayHostDiscovery
 from hora.ray.elastic_job import RayElasticJob
 
@@ -134,8 +135,9 @@ class ElasticRayExecutor:
         self._mode.start(extra_env_vars=self.env_vars)
 
     def run(self, worker_fn, callbacks=None):
-        """``worker_fn()`` on every worker. ``callbacks`` are accepted and unused, as in RayExecutor."""
-        return self._mode.run(lambda _: worker_fn())
+        """``worker_fn()`` on every worker. ``callbacks``: each is called in this process with every
+        item a worker gives ``ray_logger.log``."""
+        return ray_logger.run_with_callbacks(callbacks, lambda _: worker_fn(), self._mode.run)
 
     def shutdown(self):
         self._mode.shutdown()

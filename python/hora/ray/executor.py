@@ -21,6 +21,7 @@ import ray
 
 from hora import _job_env
 import hora.ray.placement as placement
+from hora.ray import ray_logger
 from hora.ray.worker import BaseHorovodWorker
 from hora.runner import _raise_root_cause
 from hora.ray.elastic import ElasticMode
@@ -126,18 +127,16 @@ class RayExecutor:
         return ray.get(refs)
 
     def run(self, fn, args=None, kwargs=None, callbacks=None):
-        """``fn(*args, **kwargs)`` on every rank; the results in rank order."""
+        """``fn(*args, **kwargs)`` on every rank; the results in rank order. ``callbacks``: each is
+        called in this process with every item a worker gives ``ray_logger.log``."""
         args, kwargs = list(args or []), dict(kwargs or {})
-        if self._elastic is not None:
-            return self._elastic.run(lambda executable: fn(*args, **kwargs))
-        return self._run_reporting(lambda executable: fn(*args, **kwargs))
+        return self.execute(lambda executable: fn(*args, **kwargs), callbacks)
 
     def execute(self, fn, callbacks=None):
         """``fn(executable)`` on every rank (the object start() made from executable_cls, else
-        None); the results in rank order."""
-        if self._elastic is not None:
-            return self._elastic.run(fn)
-        return self._run_reporting(fn)
+        None); the results in rank order. ``callbacks`` as run's."""
+        run = self._elastic.run if self._elastic is not None else self._run_reporting
+        return ray_logger.run_with_callbacks(callbacks, fn, run)
 
     def run_remote(self, fn, args=None, kwargs=None):
         """Starts ``fn(*args, **kwargs)`` on every rank and returns the ObjectRefs, in rank order.

@@ -133,6 +133,37 @@ def test_discovery_is_the_alive_nodes_with_cpus(cluster):
     assert RayHostDiscovery(cpus_per_worker=2).find_available_hosts_and_slots() == {}
 
 
+def _log_once_per_rank():
+    import torch
+    import hora.torch as hvd
+    from hora.ray import ray_logger
+
+    hvd.init()
+
+    @hvd.elastic.run
+    def train(state):
+        ray_logger.log({"rank": hvd.rank(), "size": hvd.size()})
+        hvd.allreduce(torch.zeros(1), name="logged")  # every rank logged before any returns
+        return hvd.rank()
+
+    return train(hvd.elastic.ObjectState(step=0))
+
+
+def test_an_elastic_runs_callbacks_get_what_its_workers_log(cluster):
+    cluster.ensure("127.0.0.2", "127.0.0.3")
+    size = len(cluster.alive())
+    settings = ElasticRayExecutor.create_settings(min_num_proc=size, max_num_proc=size, elastic_timeout=30)
+    executor = ElasticRayExecutor(settings, cpus_per_slot=1)
+    executor.start()
+    got = []
+    try:
+        assert sorted(executor.run(_log_once_per_rank, callbacks=[got.append])) == list(range(size))
+    finally:
+        executor.shutdown()
+    assert sorted(item["rank"] for item in got) == list(range(size)), got
+    assert {item["size"] for item in got} == {size}, got
+
+
 def test_a_node_that_joins_grows_the_job(cluster, tmp_path):
     before = sorted(cluster.alive())
     executor = _elastic_executor(min_workers=1, max_workers=len(before) + 1)

@@ -92,6 +92,34 @@ def test_an_exception_is_raised_with_its_rank_and_traceback(executor):
         executor.run(lambda: 0)
 
 
+def _log_five(scale):
+    import hora.torch as hvd
+    from hora.ray import ray_logger
+
+    hvd.init()
+    for i in range(5):
+        ray_logger.log({"rank": hvd.rank(), "i": i * scale})
+    return hvd.rank()
+
+
+def test_callbacks_get_every_item_the_workers_log_in_order(executor):
+    got, also = [], []
+    assert executor.run(_log_five, args=[10], callbacks=[got.append, also.append]) == [0, 1]
+    assert got == also
+    for rank in (0, 1):
+        assert [item["i"] for item in got if item["rank"] == rank] == [0, 10, 20, 30, 40]
+    assert len(got) == 10
+
+    def broken(item):
+        raise KeyError(f"callback broke on {item['i']}")
+
+    got.clear()
+    with pytest.raises(KeyError, match="callback broke on 0"):  # raised once the job has ended
+        executor.run(_log_five, args=[1], callbacks=[broken, got.append])
+    assert len(got) == 10  # the other callbacks had every item
+    assert executor.run(lambda: 7) == [7, 7]  # the run ended well: the executor goes on
+
+
 def test_a_killed_actor_fails_the_run_within_seconds_naming_it(executor):
     e, elapsed = runner_jobs.run_and_kill(lambda fn, pid_dir: executor.run(fn, args=[pid_dir]))
     print(f"\nhora.ray: actor killed -> RunError in {elapsed:.2f} s", file=sys.stderr)

@@ -11,7 +11,7 @@ import sys
 from hora.ray import BaseHorovodWorker, ElasticRayExecutor, RayExecutor  # noqa: F401
 
 for _horovod_name, _hora_module in (("runner", "hora.ray.executor"), ("elastic", "hora.ray.elastic"),
-                                    ("worker", "hora.ray.worker")):
+                                    ("worker", "hora.ray.worker"), ("ray_logger", "hora.ray.ray_logger")):
     sys.modules[f"{__name__}.{_horovod_name}"] = importlib.import_module(_hora_module)
     globals()[_horovod_name] = sys.modules[f"{__name__}.{_horovod_name}"]
 del _horovod_name, _hora_module
