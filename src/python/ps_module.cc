@@ -120,6 +120,17 @@ void bindJobFunctions(py::module_& m) {
         "What to warn of when ps-async with this many workers runs with this explicit momentum, or ''.");
 }
 
+// PsClient's constructor.
+constexpr const char* kConnectDoc =
+    "Connects this worker to every parameter server of the job (HORA_PS_SERVERS), or with `place` = "
+    "(generation, rank, size) of an elastic job to that generation's servers, and registers "
+    "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
+    "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop' | 'adamax' | "
+    "'adadelta' | 'nadam' | 'radam', 'lr', 'momentum', 'beta1', 'beta2', 'epsilon', 'rho', 'centered', "
+    "'lr_decay', 'initial_accumulator_value', 'momentum_decay', 'nadam_torch1_form', 'weight_decay', "
+    "'decoupled_weight_decay', 'keras_form'}), starting from `initial_state` = (step, addresses by slot, then "
+    "by tensor) when given.";
+
 }  // namespace
 
 void bindParameterServers(py::module_& m) {
@@ -128,13 +139,7 @@ void bindParameterServers(py::module_& m) {
            py::arg("elements"), py::arg("mode"), py::arg("average") = true, py::arg("max_staleness") = -1,
            py::arg("initial") = std::vector<uintptr_t>{}, py::arg("optimizer") = py::dict(), py::arg("fp16") = false,
            py::arg("place") = py::none(), py::arg("initial_state") = py::none(),
-           "Connects this worker to every parameter server of the job (HORA_PS_SERVERS), or with `place` = "
-           "(generation, rank, size) of an elastic job to that generation's servers, and registers "
-           "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
-           "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop' | 'adamax' | "
-           "'adadelta' | 'nadam' | 'radam', 'lr', 'momentum', 'beta1', 'beta2', 'epsilon', 'rho', 'centered', "
-           "'lr_decay', 'initial_accumulator_value', 'momentum_decay', 'nadam_torch1_form', 'weight_decay', 'decoupled_weight_decay', 'keras_form'}), starting from "
-           "`initial_state` = (step, addresses by slot, then by tensor) when given.")
+           kConnectDoc)
       .def(
           "step",
           [](hora::ParameterServerClient& c, const std::vector<uintptr_t>& gradients,
