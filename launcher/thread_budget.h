@@ -10,7 +10,8 @@
 // cores this host lets it use and N the job's workers on the host, unless the worker's
 // environment has OMP_NUM_THREADS already (the user's shell, or -x) or it is alone on its host.
 // With --verbose it says so. TensorFlow reads no OMP_NUM_THREADS: hora.tensorflow's init gives
-// its intra- and inter-op pools the value (python/hora/tensorflow/mpi_ops.py).
+// its intra- and inter-op pools the value, or without it (mpirun, srun) the cores divided among
+// the host's ranks (python/hora/tensorflow/mpi_ops.py).
 #pragma once
 
 #include <map>

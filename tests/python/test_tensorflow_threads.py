@@ -1,8 +1,10 @@
 """hora.tensorflow's init sizes TensorFlow's intra- and inter-op pools to OMP_NUM_THREADS (what
-horarun gives ranks that share a host), unless the script sized them: each case in a fresh
-process, since TensorFlow fixes its pools when its runtime starts."""
+horarun gives ranks that share a host), or without it to the host's cores divided among its
+ranks, unless the script sized them: each case in a fresh process, since TensorFlow fixes its
+pools when its runtime starts."""
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -41,3 +43,13 @@ def pools(case, omp_num_threads):
 ])
 def test_init_gives_tensorflow_the_thread_budget(case, omp_num_threads, expect):
     assert pools(case, omp_num_threads) == expect
+
+
+@pytest.mark.skipif(not shutil.which("mpirun.mpich"), reason="MPICH's mpirun is not installed")
+def test_ranks_started_without_a_budget_share_the_hosts_cores():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "OMP_"))}
+    done = subprocess.run(["mpirun.mpich", "-np", "2", sys.executable, "-c", PROBE, "plain"], capture_output=True,
+                          text=True, env=env, timeout=180)
+    assert done.returncode == 0, done.stdout + done.stderr
+    share = str(max(1, len(os.sched_getaffinity(0)) // 2))
+    assert done.stdout.split() == [share] * 4, done.stdout

@@ -67,29 +67,45 @@ _run_collectives_independently()
 
 def init(comm=None, process_sets=None):
     """Joins the job (horarun, mpirun, srun or a plain process: a job of one); as hvd.init."""
-    _apply_thread_budget()
+    budget = _omp_budget()
+    if budget:
+        _size_pools(budget)
     basics.init(comm, process_sets, compute_threads=_compute_threads())
+    if budget is None and basics.local_size() > 1 and _size_pools(max(1, _usable_cores() // basics.local_size())):
+        basics.set_compute_threads(_compute_threads())
 
 
-def _apply_thread_budget():
-    """Sizes TensorFlow's intra- and inter-op pools to OMP_NUM_THREADS, this process's share of
-    the host's cores (Note [thread budget] in launcher/thread_budget.h: horarun sets it for ranks
-    that share a host). It sizes OpenBLAS and torch but not TensorFlow, whose two pools each
-    start a thread per core, so that 2 ranks on 2 cores ran up to 8 busy threads: the small CNN's
-    model.fit at 2 ranks ran 1.07-1.23x faster with both pools at 1 (6 interleaved runs). Left
-    alone when the script sized either pool, or when TensorFlow's runtime has started (its pools
-    are fixed then)."""
-    budget = os.environ.get("OMP_NUM_THREADS", "")
-    if not budget.isdigit() or int(budget) < 1:
-        return
+# Note [thread budget] (launcher/thread_budget.h) for TensorFlow, which reads no OMP_NUM_THREADS:
+# its intra- and inter-op pools each start a thread per core, so that 2 ranks on 2 cores ran up
+# to 8 busy threads; the small CNN's model.fit at 2 ranks ran 1.07-1.23x faster with both pools
+# at 1 (6 interleaved runs). init sizes them to OMP_NUM_THREADS (which horarun sets for ranks
+# that share a host) or, without it (mpirun, srun, Spark, Ray), to the host's cores divided among
+# its ranks. Left alone when the script sized either pool, or once TensorFlow's runtime has
+# started (its pools are fixed then).
+def _omp_budget():
+    """OMP_NUM_THREADS when it is a count, else None ("" when set to something else: the user
+    chose, and TensorFlow is left alone)."""
+    value = os.environ.get("OMP_NUM_THREADS")
+    if value is None:
+        return None
+    return int(value) if value.isdigit() and int(value) > 0 else ""
+
+
+def _usable_cores():
+    return len(os.sched_getaffinity(0)) or 1
+
+
+def _size_pools(threads):
+    """Both pools to `threads`, unless sized already or fixed; whether it did."""
     pools = tf.config.threading
     if pools.get_intra_op_parallelism_threads() or pools.get_inter_op_parallelism_threads():
-        return
+        return False
     try:
-        pools.set_intra_op_parallelism_threads(int(budget))
-        pools.set_inter_op_parallelism_threads(int(budget))
+        pools.set_intra_op_parallelism_threads(threads)
+        pools.set_inter_op_parallelism_threads(threads)
     except RuntimeError:  # the runtime is up: its pools cannot change any more
-        pass
+        return False
+    return True
 
 
 def _compute_threads():
