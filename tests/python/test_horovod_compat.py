@@ -3,8 +3,9 @@ temporary directory, never into the project's environment, it makes Horovod's na
 hora's objects; it refuses to install over a real Horovod; and scripts written against
 Horovod's API run unchanged through `horovodrun` and `horovod.run`.
 
-HORA_HOROVOD_EXAMPLES=DIR (a directory holding Horovod's examples/pytorch/pytorch_mnist.py and
-pytorch_synthetic_benchmark.py, which hora does not ship) also runs those two unchanged.
+HORA_HOROVOD_EXAMPLES=DIR (a directory holding some of Horovod's examples pytorch_mnist.py,
+pytorch_synthetic_benchmark.py, tensorflow2_synthetic_benchmark.py and
+tensorflow2_keras_synthetic_benchmark.py, which hora does not ship) also runs those unchanged.
 """
 
 import glob
@@ -258,13 +259,24 @@ def test_a_horovod_training_script_runs_unchanged(compat, mnist_dir, launch):
 EXAMPLES = os.environ.get("HORA_HOROVOD_EXAMPLES")
 
 
-@pytest.mark.skipif(not EXAMPLES, reason="set HORA_HOROVOD_EXAMPLES to Horovod's examples/pytorch directory")
+@pytest.mark.skipif(not EXAMPLES, reason="set HORA_HOROVOD_EXAMPLES to a directory of Horovod's examples")
 @pytest.mark.parametrize("example,arguments,expect", [
     ("pytorch_mnist.py", ["--epochs", "1", "--log-interval", "200"], r"Test set: Average loss: [0-9.]+, Accuracy: "),
     ("pytorch_synthetic_benchmark.py", ["--model", "resnet18", "--batch-size", "4", "--num-warmup-batches", "1",
                                         "--num-batches-per-iter", "2", "--num-iters", "2"], r"Total img/sec on 2 CPU"),
+    ("tensorflow2_synthetic_benchmark.py", ["--model", "ResNet50", "--batch-size", "4", "--num-warmup-batches", "1",
+                                            "--num-batches-per-iter", "2", "--num-iters", "2", "--fp16-allreduce"],
+     r"Total img/sec on 2 GPU"),
+    ("tensorflow2_keras_synthetic_benchmark.py", ["--model", "ResNet50", "--batch-size", "4",
+                                                  "--num-batches-per-iter", "2", "--num-iters", "2",
+                                                  "--fp16-allreduce"], r"Total img/sec on 2 GPU"),
 ])
 def test_horovods_own_examples_run_unchanged(compat, mnist_dir, example, arguments, expect):
+    """(The TensorFlow examples say GPU where they run on CPUs: they name the device by --no-cuda.)"""
+    if not os.path.exists(os.path.join(EXAMPLES, example)):
+        pytest.skip(f"{example} is not in HORA_HOROVOD_EXAMPLES={EXAMPLES}")
+    if example.startswith("tensorflow"):
+        pytest.importorskip("tensorflow")
     site, env = compat
     if example == "pytorch_mnist.py":
         arguments = arguments + ["--data-dir", mnist_dir]
