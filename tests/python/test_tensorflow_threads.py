@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("tensorflow")
 
 PROBE = """
-import sys
+import os, sys
 import tensorflow as tf
 if sys.argv[1] == "script-sized":
     tf.config.threading.set_intra_op_parallelism_threads(2)
@@ -21,7 +21,11 @@ if sys.argv[1] == "runtime-started":
     tf.constant(1.0) + 1.0
 import hora.tensorflow as hvd
 hvd.init()
-print(tf.config.threading.get_intra_op_parallelism_threads(), tf.config.threading.get_inter_op_parallelism_threads())
+pools = f"{tf.config.threading.get_intra_op_parallelism_threads()} {tf.config.threading.get_inter_op_parallelism_threads()}"
+if len(sys.argv) > 2:  # a file per process: the ranks of one job share stdout, and their writes interleave
+    open(f"{sys.argv[2]}/pools.{os.getpid()}", "w").write(pools)
+else:
+    print(pools)
 """
 
 
@@ -46,10 +50,11 @@ def test_init_gives_tensorflow_the_thread_budget(case, omp_num_threads, expect):
 
 
 @pytest.mark.skipif(not shutil.which("mpirun.mpich"), reason="MPICH's mpirun is not installed")
-def test_ranks_started_without_a_budget_share_the_hosts_cores():
+def test_ranks_started_without_a_budget_share_the_hosts_cores(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "OMP_"))}
-    done = subprocess.run(["mpirun.mpich", "-np", "2", sys.executable, "-c", PROBE, "plain"], capture_output=True,
-                          text=True, env=env, timeout=180)
+    done = subprocess.run(["mpirun.mpich", "-np", "2", sys.executable, "-c", PROBE, "plain", str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     share = str(max(1, len(os.sched_getaffinity(0)) // 2))
-    assert done.stdout.split() == [share] * 4, done.stdout
+    reports = [path.read_text().split() for path in tmp_path.glob("pools.*")]
+    assert reports == [[share, share]] * 2, reports
