@@ -3,7 +3,7 @@ timeline: the parts of a frontend's API that move no tensors (Horovod's
 horovod.common.basics)."""
 
 from hora import _core, _departure
-from hora.common import handles
+from hora.common import handles, thread_budget
 from hora.common.identity import forget as _forget_identity
 from hora.common.identity import identity
 from hora.common.process_sets import process_set_ids_and_ranks as _get_process_set_ids_and_ranks  # noqa: F401
@@ -22,6 +22,7 @@ def init(comm=None, process_sets=None, *, compute_threads=None):
     if compute_threads is not None:
         set_compute_threads(compute_threads)
     _forget_identity()
+    thread_budget.share_openblas(local_size())  # Note [thread budget]: mpirun and srun set no OMP_NUM_THREADS
     register_at_init(process_sets, size())
 
 

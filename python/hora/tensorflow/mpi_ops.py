@@ -16,7 +16,7 @@ import re
 import tensorflow as tf
 from tensorflow.python.framework import ops as _tf_ops
 
-from hora.common import basics, native
+from hora.common import basics, native, thread_budget
 from hora.common.basics import (ccl_built, cross_rank, cross_size, cuda_built, ddl_built, gloo_built,  # noqa: F401
                                 gloo_enabled, is_homogeneous, is_initialized, local_rank, local_size, mpi_built,
                                 mpi_enabled, mpi_threads_supported, nccl_built, rank, rocm_built, shutdown, size,
@@ -67,11 +67,11 @@ _run_collectives_independently()
 
 def init(comm=None, process_sets=None):
     """Joins the job (horarun, mpirun, srun or a plain process: a job of one); as hvd.init."""
-    budget = _omp_budget()
+    budget = thread_budget.omp_budget()
     if budget:
         _size_pools(budget)
     basics.init(comm, process_sets, compute_threads=_compute_threads())
-    if budget is None and basics.local_size() > 1 and _size_pools(max(1, _usable_cores() // basics.local_size())):
+    if budget is None and basics.local_size() > 1 and _size_pools(thread_budget.host_share(basics.local_size())):
         basics.set_compute_threads(_compute_threads())
 
 
@@ -82,19 +82,6 @@ def init(comm=None, process_sets=None):
 # that share a host) or, without it (mpirun, srun, Spark, Ray), to the host's cores divided among
 # its ranks. Left alone when the script sized either pool, or once TensorFlow's runtime has
 # started (its pools are fixed then).
-def _omp_budget():
-    """OMP_NUM_THREADS when it is a count, else None ("" when set to something else: the user
-    chose, and TensorFlow is left alone)."""
-    value = os.environ.get("OMP_NUM_THREADS")
-    if value is None:
-        return None
-    return int(value) if value.isdigit() and int(value) > 0 else ""
-
-
-def _usable_cores():
-    return len(os.sched_getaffinity(0)) or 1
-
-
 def _size_pools(threads):
     """Both pools to `threads`, unless sized already or fixed; whether it did."""
     pools = tf.config.threading
