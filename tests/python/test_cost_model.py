@@ -411,3 +411,18 @@ def test_cli_fits_and_predicts(tmp_path):
     table = run_cli("predict", "--params", str(params), "--sizes", "1000", "--link-gbit", "1", "--ranks", "2", "8")
     assert table.count("\n| ") == 4 and "| 8 | 8 |" in table  # the header, its rule, 2 rows
 
+
+def test_cli_takes_each_host_s_cores(tmp_path):
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"params": P.to_json()}))
+    auto = {}
+    for cores in (None, 4, 2):
+        extra = ["--cores-per-host", str(cores)] if cores else []
+        out = json.loads(run_cli("predict", "--params", str(params), "--sizes", "4000000", "--ranks-per-host", "4",
+                                 "--link-gbit", "10", "--ranks", "8", "--json", *extra))
+        assert out["cores_per_host"] == cores
+        auto[cores] = out["rows"][0]["seconds"]["auto"]
+    assert auto[4] == pytest.approx(auto[None]) and auto[2] > auto[4] * 1.01  # an oversubscribed host is slower
+    both = cli("predict", "--params", str(params), "--sizes", "1", "--link-gbit", "1", "--cores", "2",
+               "--cores-per-host", "2", check=False)
+    assert both.returncode != 0 and "not allowed with" in both.stderr
