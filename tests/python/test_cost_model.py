@@ -17,8 +17,9 @@ from hora.cost_model.params import OVERLAP, Params
 
 # Every term distinct and of a realistic size, so that a term counted twice or left out shows.
 P = Params(alpha_net=40e-6, wire=1.1, beta_tcp=2e-10, alpha_shm=5e-6, beta_shm=1.5e-10, gamma=8e-11, mem=1e-10,
-           alpha_ps=70e-6)
+           alpha_ps=70e-6, sched=20e-6)
 MiB = 2**20
+CHUNK = 256 * 1024  # HORA_CHUNK_BYTES's default: a hand-off between processes per chunk
 BIG_CACHE = 2**40  # every working set in the cache: the tests of the other terms leave out `mem`
 
 
@@ -48,10 +49,14 @@ def test_ring_across_four_hosts_is_as_slow_as_the_wire_or_the_cpu():
 
 
 def test_ring_on_one_host_spreads_the_ranks_over_shared_cores():
-    # 4 ranks on 2 cores: all four ranks' work over 2 cores, twice one rank's.
+    # 4 ranks on 2 cores: all four ranks' work over 2 cores, twice one rank's; and each step a
+    # rank passes on and takes in m = 2 MiB, 16 chunks, each finding its peer off a core half the
+    # time (2 of 4 processes run), for `sched` each.
     c, s = Cluster(hosts=1, ranks_per_host=4, link_gbit=1, cores=2, cache_bytes=BIG_CACHE), 8 * MiB
     m = s / 4
-    hand = 3 * 2 * (P.alpha_shm + P.beta_shm * m + P.gamma * m) + 3 * 2 * (P.alpha_shm + P.beta_shm * m)
+    wait = 0.5 * 16 * P.sched
+    hand = 3 * (2 * (P.alpha_shm + P.beta_shm * m + P.gamma * m) + wait) + \
+        3 * (2 * (P.alpha_shm + P.beta_shm * m) + wait)
     assert P.seconds(exchanges.ring(c, s)) == pytest.approx(hand)
 
 
@@ -69,14 +74,83 @@ def test_ring_over_hosts_of_two_mixes_tcp_and_shared_memory():
 def test_shared_cores_take_everyone_s_work_but_not_the_wire():
     # 8 ranks on 4 hosts of 2 sharing 2 cores: each step, 4 TCP edges (m sent and received) and 4
     # shared-memory edges, all spread over 2 cores; at 1 Gbit/s the wire binds, at 100 the cores.
+    # Each step's 2 MiB in and 2 MiB out, 16 chunks, wait off a core 3/4 of the time (2 of 8 run),
+    # and the waits stall the link too: added, not overlapped.
     s = 16 * MiB
     m = s / 8
     everyone = (4 * (P.alpha_net + P.beta_tcp * 2 * m) + 4 * (P.alpha_shm + P.beta_shm * m)) / 2
+    wait = 0.75 * 16 * P.sched
     for gbit in (1, 100):
         c = Cluster(hosts=4, ranks_per_host=2, link_gbit=gbit, cores=2, cache_bytes=BIG_CACHE)
-        hand = 7 * overlap(link(m, gbit), everyone + 8 * P.gamma * m / 2) + 7 * overlap(link(m, gbit), everyone)
+        hand = 7 * (overlap(link(m, gbit), everyone + 8 * P.gamma * m / 2) + wait) + \
+            7 * (overlap(link(m, gbit), everyone) + wait)
         assert P.seconds(exchanges.ring(c, s)) == pytest.approx(hand)
     assert link(m, 1) > everyone + 4 * P.gamma * m and link(m, 100) < everyone
+
+
+def test_the_wait_for_a_core_grows_with_processes_per_core():
+    # L ranks of one host on 2 cores, a ring of 4 MiB: each step a rank passes on and takes in
+    # m = S/L, 2 m / CHUNK hand-offs, each off a core for the share 1 - 2 / L of the time. Without
+    # `sched`, the same ring: what is left is the wait alone.
+    s, no_wait = 4 * MiB, Params(**{**P.to_json(), "sched": 0.0})
+    waits = {}
+    for ranks in (2, 3, 4, 8):
+        c = Cluster(hosts=1, ranks_per_host=ranks, link_gbit=1, cores=2, cache_bytes=BIG_CACHE)
+        waits[ranks] = P.seconds(exchanges.ring(c, s)) - no_wait.seconds(exchanges.ring(c, s))
+        m = s / ranks
+        hand = 2 * (ranks - 1) * (1 - 2 / ranks) * max(1, 2 * m / CHUNK) * P.sched
+        assert waits[ranks] == pytest.approx(hand, abs=1e-12), ranks
+    assert waits[2] == 0 and waits[3] < waits[4] < waits[8]
+
+
+def test_the_wait_for_a_core_vanishes_with_cores_to_spare():
+    # A real cluster: hosts of 4 ranks with 4 or more cores each predict what a core per process
+    # does, for every allreduce and both parameter-server modes; with 2 cores, more.
+    s, elements = 16 * MiB, 16 * MiB // 4
+    layouts = {cores: Cluster(hosts=4, ranks_per_host=4, link_gbit=10, cores_per_host=cores)
+               for cores in (None, 4, 16, 2)}
+    for name, algorithm in exchanges.ALLREDUCE_ALGORITHMS.items():
+        spare = [P.seconds(algorithm(c, s)) for cores, c in layouts.items() if cores != 2]
+        assert spare == pytest.approx([spare[0]] * 3), name
+        assert P.seconds(algorithm(layouts[2], s)) > spare[0] * 1.01, name
+    for mode, exchange in servers.PS_MODES.items():
+        spare = [P.seconds(exchange(c, [elements], 2)) for cores, c in layouts.items() if cores != 2]
+        assert spare == pytest.approx([spare[0]] * 3), mode
+        assert P.seconds(exchange(layouts[2], [elements], 2)) > spare[0], mode
+
+
+def test_ring_over_hosts_with_cores_of_their_own():
+    # 2 hosts x 4 ranks, 2 cores per host, 100 Gbit/s: a host's cores take its ranks' work (one
+    # TCP edge out, one in, 3 shared-memory edges, 4 reductions) over 2; each step's 2 m of
+    # hand-offs (m = S/8) wait off a core half the time (2 of the host's 4 ranks run).
+    c, s = Cluster(hosts=2, ranks_per_host=4, link_gbit=100, cores_per_host=2, cache_bytes=BIG_CACHE), 16 * MiB
+    m = s / 8
+    host = P.alpha_net + P.beta_tcp * 2 * m + 3 * (P.alpha_shm + P.beta_shm * m)
+    wait = 0.5 * (2 * m / CHUNK) * P.sched
+    hand = 7 * (overlap(link(m, 100), (host + 4 * P.gamma * m) / 2) + wait) + \
+        7 * (overlap(link(m, 100), host / 2) + wait)
+    assert P.seconds(exchanges.ring(c, s)) == pytest.approx(hand)
+
+
+def test_ps_sync_workers_sharing_their_host_s_cores_wait_for_them():
+    # 8 workers on 2 hosts of 4 with 2 cores each, 2 servers (hosts of their own), 4 MiB, 100
+    # Gbit/s: each way a server's link and a worker host's carry 16 MiB, a server's core (16 MiB, 8
+    # messages) outweighs a worker host's (4 workers' 4 MiB and 2 messages over 2 cores), and each
+    # worker's hand-offs (its 4 MiB, 16 chunks) wait off a core half the time.
+    c, elements = Cluster(hosts=2, ranks_per_host=4, link_gbit=100, cores_per_host=2, cache_bytes=BIG_CACHE), MiB
+    shard = 2 * MiB
+    server = P.beta_tcp * 8 * shard + 8 * P.alpha_ps
+    worker_host = 4 * (P.beta_tcp * 4 * MiB + 2 * P.alpha_ps) / 2
+    assert server > worker_host
+    one_way = overlap(link(16 * MiB, 100), server) + 0.5 * 16 * P.sched
+    assert P.seconds(servers.ps_sync(c, [elements], 2)) == pytest.approx(2 * one_way + P.gamma * 8 * shard)
+
+
+def test_cores_are_shared_or_per_host_not_both():
+    with pytest.raises(ValueError):
+        Cluster(hosts=2, ranks_per_host=2, link_gbit=1, cores=2, cores_per_host=2)
+    with pytest.raises(ValueError):
+        Cluster(hosts=2, ranks_per_host=2, link_gbit=1, cores_per_host=0)
 
 
 def test_recursive_doubling_on_two_hosts_of_two():
@@ -209,7 +283,7 @@ def test_fusion_buffers():
 def synthetic_records(truth, noise=0.0, seed=0):
     """Measurements made from hand-written formulas (not the package's), with relative noise: the
     reduce kernel, 2 ranks on one host, 2 hosts x 1 rank at 1 and 10 Gbit/s and uncapped, ps-sync
-    with 2 workers and 1 server; the 32 MiB cache of the records' default."""
+    with 2 workers and 1 server on 2 cores; the 32 MiB cache of the records' default."""
     rng = np.random.default_rng(seed)
     jitter = lambda t: t * (1 + noise * rng.standard_normal())
     sizes = [4096 * 4 ** i for i in range(8)]  # 4 KiB .. 64 MiB
@@ -233,10 +307,14 @@ def synthetic_records(truth, noise=0.0, seed=0):
         m = s / 2
         return 2 * (truth.alpha_shm + copy(m, 4 * s)) + add(m, 4 * s)
 
-    def ps(s, g):  # 2 workers, 1 server: its link 2 S each way, its core 2 S and 2 messages
+    def ps(s, g):  # 2 workers, 1 server: its link 2 S each way, its core 2 S and 2 messages; the 3
+        # processes share 2 cores (everyone's work over them is the server's), so each of the
+        # server's hand-offs (2 messages, or its 2 S in chunks) finds its peer off a core a third
+        # of the time and waits
         one_way = overlap(max(wire(2 * s, g), wire(s, g)),
                           max(truth.beta_tcp * s + truth.alpha_ps, truth.beta_tcp * 2 * s + 2 * truth.alpha_ps))
-        return 2 * one_way + add(2 * s, 2 * s)
+        wait = max(2, 2 * s / CHUNK) / 3 * truth.sched
+        return 2 * (one_way + wait) + add(2 * s, 2 * s)
 
     rows = lambda f: [{"bytes": s, "seconds": jitter(f(s))} for s in sizes]
     records = [{"kind": "reduce", "rows": rows(lambda s: add(s, 2 * s))},
@@ -245,21 +323,21 @@ def synthetic_records(truth, noise=0.0, seed=0):
         records.append({"kind": "allreduce", "algorithm": "auto", "hosts": 2, "ranks_per_host": 1, "link_gbit": g,
                         "rows": rows(lambda s: net(s, g))})
     for g in (1, 10):
-        records.append({"kind": "ps-sync", "hosts": 2, "ranks_per_host": 1, "servers": 1, "link_gbit": g,
+        records.append({"kind": "ps-sync", "hosts": 2, "ranks_per_host": 1, "servers": 1, "link_gbit": g, "cores": 2,
                         "rows": rows(lambda s: ps(s, g))})
     return records
 
 
 def test_fit_recovers_known_parameters():
     fitted, used = fit.fit_params(synthetic_records(P))
-    assert used == {"reduction": 8, "shared memory": 8, "network": 24, "parameter servers": 16}
+    assert used == {"reduction": 8, "shared memory": 8, "network": 24, "servers and waits": 16}
     for name, value in P.to_json().items():
         assert getattr(fitted, name) == pytest.approx(value, rel=1e-6), name
 
 
 def test_fit_under_noise_stays_close():
     fitted, _ = fit.fit_params(synthetic_records(P, noise=0.01, seed=3))
-    for name in ("alpha_net", "wire", "beta_tcp", "beta_shm", "gamma", "mem", "alpha_ps"):
+    for name in ("alpha_net", "wire", "beta_tcp", "beta_shm", "gamma", "mem", "alpha_ps", "sched"):
         assert getattr(fitted, name) == pytest.approx(getattr(P, name), rel=0.1), name
 
 
@@ -308,12 +386,16 @@ def test_more_servers_only_while_they_pay():
     assert cheap == (pytest.approx(hand[8]), 8) and costly[1] == 8
 
 
-def run_cli(*args):
+def cli(*args, check=True):
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(root, "python")] + sys.path)
     return subprocess.run([sys.executable, "-m", "hora.cost_model", *args], env=env, capture_output=True,
-                          text=True, check=True).stdout
+                          text=True, check=check)
+
+
+def run_cli(*args):
+    return cli(*args).stdout
 
 
 def test_cli_fits_and_predicts(tmp_path):
@@ -328,3 +410,19 @@ def test_cli_fits_and_predicts(tmp_path):
     assert out["bytes"] == 4 * 251000 and all(r["recommended"] for r in out["rows"])
     table = run_cli("predict", "--params", str(params), "--sizes", "1000", "--link-gbit", "1", "--ranks", "2", "8")
     assert table.count("\n| ") == 4 and "| 8 | 8 |" in table  # the header, its rule, 2 rows
+
+
+def test_cli_takes_each_host_s_cores(tmp_path):
+    params = tmp_path / "params.json"
+    params.write_text(json.dumps({"params": P.to_json()}))
+    auto = {}
+    for cores in (None, 4, 2):
+        extra = ["--cores-per-host", str(cores)] if cores else []
+        out = json.loads(run_cli("predict", "--params", str(params), "--sizes", "4000000", "--ranks-per-host", "4",
+                                 "--link-gbit", "10", "--ranks", "8", "--json", *extra))
+        assert out["cores_per_host"] == cores
+        auto[cores] = out["rows"][0]["seconds"]["auto"]
+    assert auto[4] == pytest.approx(auto[None]) and auto[2] > auto[4] * 1.01  # an oversubscribed host is slower
+    both = cli("predict", "--params", str(params), "--sizes", "1", "--link-gbit", "1", "--cores", "2",
+               "--cores-per-host", "2", check=False)
+    assert both.returncode != 0 and "not allowed with" in both.stderr

@@ -2,7 +2,8 @@
 
   python -m hora.cost_model fit RECORDS.json... --out PARAMS.json
   python -m hora.cost_model predict --params PARAMS.json (--model cnn|wrn|FILE.py:FN | --sizes N...)
-      --ranks-per-host L --link-gbit R [--max-servers K] [--cores C] [--cache-mib M] [--ranks 2 4 ...] [--json]
+      --ranks-per-host L --link-gbit R [--max-servers K] [--cores-per-host C | --cores C] [--cache-mib M]
+      [--ranks 2 4 ...] [--json]
 """
 
 import argparse
@@ -59,15 +60,24 @@ def run_predict(args):
     sizes = args.sizes or models.gradient_sizes(args.model)
     params = Params.load(args.params)
     rows = predict.predict_table(params, sizes, args.ranks_per_host, args.link_gbit, args.max_servers,
-                                 args.cores, args.ranks, args.cache_mib * 2**20)
+                                 args.cores, args.ranks, args.cache_mib * 2**20, args.cores_per_host)
     if args.json:
         print(json.dumps({"params": params.to_json(), "tensors": len(sizes), "bytes": 4 * sum(sizes),
                           "ranks_per_host": args.ranks_per_host, "link_gbit": args.link_gbit,
+                          "cores_per_host": args.cores_per_host, "cores": args.cores,
                           "rows": [vars(r) for r in rows]}, indent=1))
     else:
         print(format_table(rows, f"{len(sizes)} tensors, {4 * sum(sizes) / 2**20:.2f} MiB of float32 gradients; "
                                  f"{args.ranks_per_host} ranks per host, {args.link_gbit:g} Gbit/s links, "
-                                 f"servers on hosts of their own (at most {args.max_servers})."))
+                                 f"{cores_text(args)}, servers on hosts of their own (at most {args.max_servers})."))
+
+
+def cores_text(args):
+    if args.cores is not None:
+        return f"every process on {args.cores} shared cores"
+    if args.cores_per_host is not None:
+        return f"{args.cores_per_host} cores per host"
+    return "a core per process"
 
 
 def parser():
@@ -88,7 +98,11 @@ def parser():
     p.add_argument("--ranks-per-host", type=int, default=1)
     p.add_argument("--link-gbit", type=float, required=True)
     p.add_argument("--max-servers", type=int, default=16)
-    p.add_argument("--cores", type=int, default=None, help="cores all processes share (default: one each)")
+    cores = p.add_mutually_exclusive_group()
+    cores.add_argument("--cores-per-host", type=int, default=None,
+                       help="each host's cores, shared by its ranks (default: a core per process)")
+    cores.add_argument("--cores", type=int, default=None,
+                       help="cores that every process shares (hosts that are namespaces of one machine)")
     p.add_argument("--cache-mib", type=float, default=DEFAULT_CACHE_BYTES / 2**20,
                    help="each host's last-level cache (default %(default)g)")
     p.add_argument("--ranks", nargs="+", type=int, default=list(predict.RANKS))

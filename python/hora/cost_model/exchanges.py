@@ -6,15 +6,17 @@ host's link once per direction, and each recursive-doubling round whose partner 
 least L crosses with all L ranks of a host at once.
 
 A step's lanes: the link (the bytes the busiest link carries one way), the busiest rank's core,
-and, when the processes share fewer cores, everyone's work over the cores. A rank's work: per
-message through TCP alpha_net and beta_tcp per byte it sends or receives; through shared memory
-alpha_shm and beta_shm per byte it passes on (its send and its receive together); gamma per byte
-it reduces; `mem` for the part of a host's working set (its ranks' buffers and what they stage,
-2 S each) beyond the cache.
+and, when the processes share fewer cores, everyone's work over the cores, and then also the
+busiest rank's wait for its peers to be scheduled (each chunk it passes on or takes in:
+Cluster.cpu). A rank's work: per message through TCP alpha_net and beta_tcp per byte it sends
+or receives; through shared memory alpha_shm and beta_shm per byte it passes on (its send and
+its receive together); gamma per byte it reduces; `mem` for the part of a host's working set
+(its ranks' buffers and what they stage, 2 S each) beyond the cache.
 """
 
 import math
 
+from hora.cost_model.cluster import handoffs
 from hora.cost_model.params import costs, phase
 
 RING_THRESHOLD = 512 * 1024      # HORA_RING_THRESHOLD: above it the ring, up to it recursive doubling
@@ -62,8 +64,9 @@ def ring(cluster, size):
         everyone = hosts * tcp(m, m) + (n - hosts) * shm(cluster, m, size)
         links = (costs(wire=cluster.wire_seconds(m)),)
     reduce = reduction(cluster, m, size)
-    return phase(links, cluster.cpu_lanes(busiest + reduce, everyone + n * reduce, n), times=n - 1) + \
-        phase(links, cluster.cpu_lanes(busiest, everyone, n), times=n - 1)
+    handed = handoffs(2 * m)  # each rank passes m on and takes m in
+    return phase(links, **cluster.cpu(busiest + reduce, everyone + n * reduce, n, handed), times=n - 1) + \
+        phase(links, **cluster.cpu(busiest, everyone, n, handed), times=n - 1)
 
 
 def exchange_round(cluster, crosses, size, ranks, message):
@@ -75,7 +78,10 @@ def exchange_round(cluster, crosses, size, ranks, message):
     else:
         busiest, links = shm(cluster, message, size), ()
     busiest = busiest + reduction(cluster, message, size)
-    return phase(links, cluster.cpu_lanes(busiest, ranks * busiest, cluster.ranks))
+    handed = handoffs(2 * message)
+    on_a_host = min(ranks, cluster.ranks_per_host)  # of the ranks that swap
+    return phase(links, **cluster.cpu(busiest, ranks * busiest, cluster.ranks, handed,
+                                      host=(cluster.ranks_per_host, on_a_host * busiest, handed)))
 
 
 def recursive_doubling(cluster, size):
@@ -104,14 +110,16 @@ def hierarchical(cluster, size):
     slice_bytes = size / per_host
     local = shm(cluster, slice_bytes, size)
     reduce = reduction(cluster, slice_bytes, size)
-    scatter = phase(cores=cluster.cpu_lanes(local + reduce, n * (local + reduce), n), times=per_host - 1)
-    gather = phase(cores=cluster.cpu_lanes(local, n * local, n), times=per_host - 1)
+    handed = handoffs(2 * slice_bytes)
+    scatter = phase(**cluster.cpu(local + reduce, n * (local + reduce), n, handed), times=per_host - 1)
+    gather = phase(**cluster.cpu(local, n * local, n, handed), times=per_host - 1)
     if slice_bytes > RING_THRESHOLD:
         m = slice_bytes / hosts
         links = (costs(wire=cluster.wire_seconds(m * per_host)),)
-        step, step_reduce = tcp(m, m), reduction(cluster, m, size)
-        across = phase(links, cluster.cpu_lanes(step + step_reduce, n * (step + step_reduce), n), times=hosts - 1) + \
-            phase(links, cluster.cpu_lanes(step, n * step, n), times=hosts - 1)
+        step, handed = tcp(m, m), handoffs(2 * m)
+        reducing = step + reduction(cluster, m, size)
+        across = phase(links, **cluster.cpu(reducing, n * reducing, n, handed), times=hosts - 1) + \
+            phase(links, **cluster.cpu(step, n * step, n, handed), times=hosts - 1)
     else:
         across = math.ceil(math.log2(hosts)) * exchange_round(cluster, True, size, n, slice_bytes)
     return scatter + across + gather

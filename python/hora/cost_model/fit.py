@@ -14,7 +14,8 @@ fit finds the parameters under which the formulas explain the measurements. The 
 in stages, each on the records that isolate them, the earlier ones held fixed: the reduction
 speed (in and out of the cache) from the reduce kernel's timings, shared memory from one-host
 allreduces, the network from allreduces across hosts (capped links show the wire, an uncapped
-one TCP's CPU cost), the parameter servers' per-message cost from their exchanges. Each row is
+one TCP's CPU cost), the parameter servers' per-message cost and the wait for a core from their
+exchanges and any other record whose processes outnumber the cores they share. Each row is
 weighted by 1 / its time, so the fit minimises relative errors (small messages count as much as
 large ones), and every term stays non-negative.
 
@@ -31,18 +32,28 @@ from hora.cost_model import exchanges, servers
 from hora.cost_model.cluster import DEFAULT_CACHE_BYTES, Cluster
 from hora.cost_model.params import TERMS, Params, costs, phase
 
+
+def oversubscribed(record):
+    """Whether the record's processes (its ranks, and its servers) outnumber the cores they share."""
+    if record["kind"] == "reduce" or not record.get("cores"):
+        return False
+    processes = record.get("hosts", 1) * record.get("ranks_per_host", 1) + record.get("servers", 0)
+    return processes > record["cores"]
+
+
 # (what the stage fits, the records it uses, the terms it frees)
 STAGES = (
     ("reduction", lambda r: r["kind"] == "reduce", ("gamma", "mem")),
     ("shared memory", lambda r: r["kind"] == "allreduce" and r["hosts"] == 1, ("alpha_shm", "beta_shm")),
     ("network", lambda r: r["kind"] == "allreduce" and r["hosts"] > 1, ("alpha_net", "wire", "beta_tcp")),
-    ("parameter servers", lambda r: r["kind"] in servers.PS_MODES, ("alpha_ps",)),
+    # Together: the parameter-server records are those whose processes outnumber the cores here.
+    ("servers and waits", lambda r: r["kind"] in servers.PS_MODES or oversubscribed(r), ("alpha_ps", "sched")),
 )
 
 
 # Where the fit starts: this machine's orders of magnitude (they only pick the first lanes).
 TYPICAL = Params(alpha_net=3e-5, wire=1.0, beta_tcp=5e-10, alpha_shm=2e-6, beta_shm=5e-11, gamma=2e-11, mem=1e-10,
-                 alpha_ps=3e-5)
+                 alpha_ps=3e-5, sched=1e-5)
 
 
 def cluster_of(record):

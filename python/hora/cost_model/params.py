@@ -7,7 +7,10 @@ each term it incurs: messages, bytes, reduced bytes, ...) whose time is its dot 
 parameters. Several links or cores work at once, so the busiest link takes `w` and the busiest
 core `c`; hora streams a message in chunks, so the two overlap, but not perfectly: a phase takes
 (w^p + c^p)^(1/p) with p = OVERLAP, which is the slower of the two when the other is small and
-up to 2^(1/p) times it when they are equal (p = 3: 26% more). The time is homogeneous of degree 1
+up to 2^(1/p) times it when they are equal (p = 3: 26% more). A phase may also wait: when its
+processes outnumber the cores, a hand-off finds its peer off a core and waits for the scheduler,
+and meanwhile neither its link nor its core moves, so the longest wait is added, not overlapped
+(cluster.py, Cluster.cpu). The time is homogeneous of degree 1
 in the parameters, so it equals the parameters' dot product with its gradient (binding()): the
 fit (fit.py) solves that linear problem and repeats until the gradient stops changing.
 """
@@ -29,7 +32,9 @@ import numpy as np
 #   gamma       seconds per byte reduced (a += b, float32), the data in the cache
 #   mem         seconds added per byte copied or reduced whose data is not in the cache
 #   alpha_ps    seconds per message of a parameter-server exchange (a push or a reply)
-TERMS = ("alpha_net", "wire", "beta_tcp", "alpha_shm", "beta_shm", "gamma", "mem", "alpha_ps")
+#   sched       seconds a hand-off (a chunk passed to or taken from a peer) waits for the peer to
+#               be scheduled, counted for the share of hand-offs that find it off a core
+TERMS = ("alpha_net", "wire", "beta_tcp", "alpha_shm", "beta_shm", "gamma", "mem", "alpha_ps", "sched")
 
 
 def costs(**amounts):
@@ -44,15 +49,17 @@ OVERLAP = 3.0  # p above: 2, 3, 4 and the plain maximum compared in docs/benchma
 
 
 class Phase(NamedTuple):
-    """`times` repetitions of a step: the links' and the cores' work (cost vectors) at once."""
+    """`times` repetitions of a step: the links' and the cores' work (cost vectors) at once, and
+    the processes' waits for a core, which stall both (the longest is added)."""
     links: Tuple[np.ndarray, ...]
     cores: Tuple[np.ndarray, ...]
     times: float = 1.0
+    waits: Tuple[np.ndarray, ...] = ()
 
 
-def phase(links=(), cores=(), times=1.0):
+def phase(links=(), cores=(), times=1.0, waits=()):
     """An exchange of one phase (exchanges are lists of phases, joined with +)."""
-    return [Phase(tuple(links), tuple(cores), float(times))] if times else []
+    return [Phase(tuple(links), tuple(cores), float(times), tuple(waits))] if times else []
 
 
 def _busiest(lanes, theta):
@@ -62,8 +69,8 @@ def _busiest(lanes, theta):
     return max(((float(np.dot(theta, lane)), lane) for lane in lanes), key=lambda t: t[0])
 
 
-def phase_time(p, theta):
-    """(seconds, gradient in the parameters) of one repetition of phase p."""
+def _overlapped(p, theta):
+    """(seconds, gradient) of the links and the cores of phase p working at once."""
     w, link = _busiest(p.links, theta)
     c, core = _busiest(p.cores, theta)
     if w <= 0.0 or c <= 0.0:  # one side only: it alone sets the time
@@ -71,6 +78,13 @@ def phase_time(p, theta):
         return max(w, c), (lane if lane is not None else np.zeros_like(theta))
     total = (w ** OVERLAP + c ** OVERLAP) ** (1 / OVERLAP)
     return total, (w / total) ** (OVERLAP - 1) * link + (c / total) ** (OVERLAP - 1) * core
+
+
+def phase_time(p, theta):
+    """(seconds, gradient in the parameters) of one repetition of phase p."""
+    seconds, gradient = _overlapped(p, theta)
+    wait, lane = _busiest(p.waits, theta)
+    return (seconds + wait, gradient + lane) if lane is not None else (seconds, gradient)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +97,7 @@ class Params:
     gamma: float = 0.0
     mem: float = 0.0
     alpha_ps: float = 0.0
+    sched: float = 0.0
 
     def vector(self):
         return np.array([getattr(self, t) for t in TERMS])

@@ -69,10 +69,10 @@ def recommend(seconds, ps_sync, ps_async):
 
 
 def predict_row(params, tensor_elements, ranks, ranks_per_host, link_gbit, max_servers, cores=None,
-                cache_bytes=DEFAULT_CACHE_BYTES):
+                cache_bytes=DEFAULT_CACHE_BYTES, cores_per_host=None):
     per_host = min(ranks, ranks_per_host)
     cluster = Cluster(hosts=max(1, ranks // per_host), ranks_per_host=per_host, link_gbit=link_gbit, cores=cores,
-                      cache_bytes=cache_bytes)
+                      cores_per_host=cores_per_host, cache_bytes=cache_bytes)
     seconds = {name: params.seconds(allreduce_step(cluster, tensor_elements, name))
                for name in ("ring", "recursive-doubling", "hierarchical", "auto")}
     ps_sync = best_servers(params, cluster, tensor_elements, "ps-sync", max_servers)
@@ -81,6 +81,7 @@ def predict_row(params, tensor_elements, ranks, ranks_per_host, link_gbit, max_s
 
 
 def predict_table(params, tensor_elements, ranks_per_host, link_gbit, max_servers, cores=None, ranks=RANKS,
-                  cache_bytes=DEFAULT_CACHE_BYTES):
-    return [predict_row(params, tensor_elements, n, ranks_per_host, link_gbit, max_servers, cores, cache_bytes)
+                  cache_bytes=DEFAULT_CACHE_BYTES, cores_per_host=None):
+    return [predict_row(params, tensor_elements, n, ranks_per_host, link_gbit, max_servers, cores, cache_bytes,
+                        cores_per_host)
             for n in ranks]

@@ -19,6 +19,7 @@ What hora's client does (src/ps/client.cc), and so what the formulas say:
 Each push and each reply is a message (alpha_ps) at both ends.
 """
 
+from hora.cost_model.cluster import handoffs
 from hora.cost_model.params import costs, phase
 
 FLOAT_BYTES = 4
@@ -38,6 +39,19 @@ def plan_shards(tensor_elements, servers):
         else:
             load[load.index(min(load))] += n
     return load
+
+
+def _cpu(cluster, servers, shard_bytes, server, worker, everyone, ways=1):
+    """A phase's CPU side (Cluster.cpu) for a server's work, a worker's and everyone's, `ways` of
+    the exchange at once. On shared cores the server waits most: its W shards. With cores per
+    host, a server has its host to itself, and a worker host's workers share its cores, each
+    worker's hand-offs its whole gradient to the K servers."""
+    workers = cluster.ranks
+    server_handed = ways * handoffs(workers * max(shard_bytes), messages=workers)
+    worker_handed = ways * handoffs(sum(shard_bytes), messages=servers)
+    cpu = cluster.cpu(server, everyone, workers + servers, server_handed,
+                      host=(cluster.ranks_per_host, cluster.ranks_per_host * worker, worker_handed))
+    return dict(cpu, cores=(worker, *cpu["cores"]))
 
 
 def _one_way(cluster, servers, shard_bytes):
@@ -63,8 +77,7 @@ def _push(cluster, servers, shard_bytes, update=None):
     server, worker, everyone = _one_way(cluster, servers, shard_bytes)
     if update is not None:
         server, everyone = server + update, everyone + servers * update
-    return phase(_links(cluster, shard_bytes),
-                 (worker, *cluster.cpu_lanes(server, everyone, cluster.ranks + servers)))
+    return phase(_links(cluster, shard_bytes), **_cpu(cluster, servers, shard_bytes, server, worker, everyone))
 
 
 def _staggered(cluster, servers, shard_bytes, update):
@@ -73,7 +86,7 @@ def _staggered(cluster, servers, shard_bytes, update):
     server, worker, everyone = (2 * c for c in _one_way(cluster, servers, shard_bytes))
     own_turns = costs(wire=cluster.wire_seconds(2 * sum(shard_bytes)))
     return phase((*_links(cluster, shard_bytes), own_turns),
-                 (worker, *cluster.cpu_lanes(server + update, everyone + servers * update, cluster.ranks + servers)))
+                  **_cpu(cluster, servers, shard_bytes, server + update, worker, everyone + servers * update, ways=2))
 
 
 def _server_reduction(cluster, shard_bytes, passes):
