@@ -16,9 +16,9 @@ import os, sys
 import torch  # loads Debian's OpenBLAS, as a torch script does
 import hora.torch as hvd
 from hora.common import thread_budget
-before = sorted(thread_budget.openblas_threads().values())
+before = sorted(set(thread_budget.openblas_threads().values()))
 hvd.init()
-after = sorted(thread_budget.openblas_threads().values())
+after = sorted(set(thread_budget.openblas_threads().values()))  # (one pool: libblas, liblapack and libopenblas share it)
 open(os.path.join(sys.argv[1], f"threads.{os.getpid()}"), "w").write(f"{hvd.local_size()} {before} {after}")
 """
 
