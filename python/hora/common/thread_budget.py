@@ -39,11 +39,14 @@ def _loaded_openblas():
     system's and a wheel's own copy; Debian's libblas.so.3 is it, in a folder named after it), by
     the paths the kernel maps them from."""
     paths = set()
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split(maxsplit=5)[-1].strip()
-            if "openblas" in path:
-                paths.add(path)
+    try:
+        with open("/proc/self/maps") as maps:
+            for line in maps:
+                path = line.split(maxsplit=5)[-1].strip()
+                if "openblas" in path:
+                    paths.add(path)
+    except OSError:  # no /proc: nothing found, the libraries keep their own pools
+        pass
     return sorted(paths)
 
 
