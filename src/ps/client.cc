@@ -178,6 +178,24 @@ struct ParameterServerClient::Impl {
       in += p.count * elementBytes(p);
     }
   }
+  // What server k is registered with: `r` for its shard, then (kAsync) its shard of the
+  // parameters and of each slot of the initial state (Note [optimizer state] in messages.h).
+  std::vector<std::byte> registrationPayload(size_t k, ps::Registration r, const std::vector<void*>& initial,
+                                             const PsOptimizerState* initial_state) {
+    r.shard_elements = layouts[k].elements();
+    r.wide_elements = layouts[k].wide;
+    std::vector<std::byte> payload(sizeof(r));
+    std::memcpy(payload.data(), &r, sizeof(r));
+    if (options.mode != PsMode::kAsync) return payload;
+    std::vector<std::vector<const void*>> sets{{initial.begin(), initial.end()}};
+    if (initial_state)
+      for (const auto& slot : initial_state->slots) sets.emplace_back(slot.begin(), slot.end());
+    for (const auto& tensors : sets) {
+      gather(k, tensors);
+      payload.insert(payload.end(), buffers[k].begin(), buffers[k].end());
+    }
+    return payload;
+  }
   // The error a server reported in a kError message whose header `h` was received.
   static Error reportedError(Channel& c, const MessageHeader& h, const common::Deadline& deadline) {
     std::string text(h.bytes, '\0');
@@ -492,16 +510,6 @@ void checkSlots(const PsOptions& options, size_t tensors, const std::vector<std:
                                  std::to_string(tensors) + "), got " + std::to_string(slot.size()));
 }
 
-// What a ps-async registration sends after its header: the parameters, then the optimizer's
-// slots when there is an initial state (Note [optimizer state] in messages.h).
-std::vector<std::vector<const void*>> initialTensors(const std::vector<void*>& initial,
-                                                     const PsOptimizerState* initial_state) {
-  std::vector<std::vector<const void*>> out{{initial.begin(), initial.end()}};
-  if (initial_state)
-    for (const auto& slot : initial_state->slots) out.emplace_back(slot.begin(), slot.end());
-  return out;
-}
-
 }  // namespace
 
 int psOptimizerSlots(const PsOptions& options) {
@@ -566,16 +574,7 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
   }
   s.guarded([&] {
     for (size_t k = 0; k < s.channels.size(); ++k) {
-      r.shard_elements = s.layouts[k].elements();
-      r.wide_elements = s.layouts[k].wide;
-      std::vector<std::byte> payload(sizeof(r));
-      std::memcpy(payload.data(), &r, sizeof(r));
-      if (options.mode == PsMode::kAsync) {
-        for (const auto& tensors : initialTensors(initial, initial_state)) {
-          s.gather(k, tensors);
-          payload.insert(payload.end(), s.buffers[k].begin(), s.buffers[k].end());
-        }
-      }
+      const std::vector<std::byte> payload = s.registrationPayload(k, r, initial, initial_state);
       MessageHeader h;
       h.kind = MessageKind::kRegister;
       h.worker = static_cast<uint32_t>(job.worker);

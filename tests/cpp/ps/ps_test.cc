@@ -85,7 +85,9 @@ TEST(PsSharding, Float64PiecesComeFirstAndDtypesChangeTheLayout) {
     EXPECT_EQ(layout.elements(), plan.shardElements(k));
     EXPECT_EQ(layout.bytes(), layout.wide * 8 + layout.narrow * 4);
     EXPECT_EQ(layout.elementAt(layout.byteOf(layout.wide + 1)), layout.wide + 1);
-    if (layout.wide > 0) EXPECT_EQ(layout.elementAt(4), SIZE_MAX);  // inside the first double
+    if (layout.wide > 0) {
+      EXPECT_EQ(layout.elementAt(4), SIZE_MAX);  // inside the first double
+    }
   }
   EXPECT_NE(ps::layoutHash(sizes, dtypes), ps::layoutHash(sizes));
   EXPECT_EQ(ps::layoutHash(sizes, std::vector<D>(4, D::kFloat32)), ps::layoutHash(sizes));
