@@ -712,12 +712,18 @@ def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optim
     reference = torch.load(tmp_path / "reference.pt")
     torch_state = reference["optimizer after 6"]["state"]
     rtol, atol = (1e-10, 1e-12) if dtype == "float64" else (1e-4, 1e-6)
+    if optimizer == "nadam" and dtype == "float64":
+        # torch's NAdam keeps its product of momenta in a float32 tensor (torch.tensor(1.)) for
+        # float64 parameters too, so its own float64 updates are float32's to about 1e-6; the
+        # servers' product is float64 (PsNadam checks it against a float64 replay).
+        rtol, atol = 1e-5, 1e-7
     for index, s in state.items():
         for key in keys:
-            if key not in ("step", "mu_product"):  # torch's own counts, float32 tensors or floats
+            counts = key in ("step", "mu_product")  # torch's own, float32 tensors whatever the parameters' dtype
+            if not counts:
                 assert s[key].dtype == getattr(torch, dtype), (key, s[key].dtype)
-            np.testing.assert_allclose(np.asarray(s[key]), np.asarray(torch_state[index][key]), rtol=rtol, atol=atol,
-                                       err_msg=f"{key} of parameter {index}")
+            np.testing.assert_allclose(np.asarray(s[key]), np.asarray(torch_state[index][key]),
+                                       rtol=1e-6 if counts else rtol, atol=atol, err_msg=f"{key} of parameter {index}")
     for key in ("weight", "bias"):
         assert resumed[key].dtype == getattr(torch, dtype)
         np.testing.assert_allclose(resumed[key].numpy(), reference["through"][key].numpy(), rtol=rtol, atol=10 * atol)
@@ -872,7 +878,7 @@ def test_mode_arguments_are_checked():
         c = torch.nn.Parameter(torch.ones(3, dtype=torch.complex64))
         hvd.DistributedOptimizer(torch.optim.SGD([c], lr=0.1), named_parameters=[("p", c)], mode="ps-sync")
     d = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="Compression.fp16 takes float32, float16 or bfloat16 parameters; d is float64"):
+    with pytest.raises(ValueError, match="Compression.fp16 takes float32, float16 or bfloat16 parameters; .*d is float64"):
         hvd.DistributedOptimizer(torch.optim.SGD([p, d], lr=0.1), named_parameters=[("p", p), ("d", d)],
                                  mode="ps-async", compression=hvd.Compression.fp16)
     with pytest.raises(ValueError, match="has no nesterov"):
