@@ -61,18 +61,24 @@ SYNC = textwrap.dedent("""
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
 def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python, compression, dtype):
     """fp16: float16 on the wire both ways, within float16's precision of the reference, and its
-    rounding seen. float64 (set_floatx): the servers sum in float64, so fit's weights equal the
-    float64 numpy reference to 1e-10 (a float32 sum anywhere is off by about 1e-7)."""
+    rounding seen. float64 (set_floatx): the servers sum in float64, so ps-sync's weights equal
+    allreduce's to 1e-12 (a float32 sum is off by about 1e-8). Keras' own float64 SGD is not
+    float64-exact (Keras 2's applies its momentum rounded to float32: 0.9 as 0.89999998), so
+    against the float64 numpy reference both modes agree to 1e-7 only."""
     script = tmp_path / "sync.py"
     script.write_text(SYNC)
     workers, servers = 2, 2  # the kernel (1200 elements) is split across both servers
     out = keras_job(python, workers, servers, script, tmp_path, 3, compression, dtype)
     assert out.returncode == 0, out.stdout + out.stderr
     w, b = numpy_sync_reference(workers, 3)
-    tolerance = 3e-3 if compression == "fp16" else 1e-10 if dtype == "float64" else 1e-5
+    tolerance = 3e-3 if compression == "fp16" else 1e-7 if dtype == "float64" else 1e-5
     for r in range(workers):
         got = json.loads((tmp_path / f"rank{r}.json").read_text())
         assert got["ps-sync"]["dtype"] == dtype
+        if dtype == "float64":
+            for key in ("weight", "bias"):
+                np.testing.assert_allclose(got["ps-sync"][key], got["allreduce"][key], rtol=1e-12, atol=1e-12,
+                                           err_msg=f"rank {r} {key}")
         for mode in ("ps-sync", "allreduce"):
             np.testing.assert_allclose(got[mode]["weight"], w, rtol=tolerance, atol=tolerance, err_msg=f"rank {r} {mode}")
             np.testing.assert_allclose(got[mode]["bias"], b, rtol=tolerance, atol=tolerance, err_msg=f"rank {r} {mode}")
@@ -223,6 +229,10 @@ def test_keras_float64_ps_async_matches_a_float64_replay_of_the_servers_order(tm
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
     assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
     p, server = np.ones(50), KerasServer(lr, rate=lambda s: float(np.float32(0.05 / s)))
+    if "adagrad" in lr and python != sys.executable:
+        # Keras 3 starts a float64 accumulator from its float32 constant: 0.2 rounded to float32,
+        # which the registration carries to the servers as it is.
+        server.m2[:] = float(np.float32(0.2))
     for version, r, s, params in pushes:
         p = server.step(p, np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s, s, version)
         np.testing.assert_allclose(params, p, rtol=1e-12, atol=1e-12, err_msg=f"push {version} (worker {r} step {s})")
