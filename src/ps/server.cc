@@ -236,8 +236,8 @@ void Server::receiveRegistration(Channel& channel, int worker, const MessageHead
   channel.receivePayload(payload.data(), payload.size(), deadline);
   Registration r;
   std::memcpy(&r, payload.data(), sizeof(r));
-  // (a wide_elements beyond the shard: registerWorker refuses it)
-  const ShardLayout layout{std::min(r.wide_elements, r.shard_elements), r.shard_elements - std::min(r.wide_elements, r.shard_elements)};
+  const size_t wide = std::min(r.wide_elements, r.shard_elements);  // (more: registerWorker refuses it)
+  const ShardLayout layout{wide, r.shard_elements - wide};
   std::vector<float> initial;
   std::vector<double> initial_wide;
   splitInitial(payload.data() + sizeof(r), h.bytes - sizeof(r), layout, initial, initial_wide);

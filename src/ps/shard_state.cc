@@ -89,7 +89,8 @@ void ShardState::checkInitial(int worker, const Registration& r, size_t values, 
   const uint64_t narrow = r.shard_elements - r.wide_elements;
   if (values != narrow * (1 + r.slots) || wide_values != r.wide_elements * (1 + r.slots))
     throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " sent " + std::to_string(values) +
-                               " float32 and " + std::to_string(wide_values) + " float64 initial values for a shard of " +
+                               " float32 and " + std::to_string(wide_values) +
+                               " float64 initial values for a shard of " +
                                std::to_string(narrow) + " float32 and " + std::to_string(r.wide_elements) +
                                " float64 elements and " + std::to_string(r.slots) + " optimizer slots");
 }
@@ -139,7 +140,8 @@ OptimizerState ShardState::optimizerState(int worker) const {
                                " asked for the optimizer's state, which only a ps-async server that has "
                                "registered its workers holds");
   OptimizerState state{step_base_ + applied_, {}, {}};
-  for (auto slot : slots<float>()) state.slots.insert(state.slots.end(), (narrow_.*slot).begin(), (narrow_.*slot).end());
+  for (auto slot : slots<float>())
+    state.slots.insert(state.slots.end(), (narrow_.*slot).begin(), (narrow_.*slot).end());
   for (auto slot : slots<double>())
     state.wide_slots.insert(state.wide_slots.end(), (wide_.*slot).begin(), (wide_.*slot).end());
   return state;

@@ -138,7 +138,8 @@ void bindJobFunctions(py::module_& m) {
 constexpr const char* kConnectDoc =
     "Connects this worker to every parameter server of the job (HORA_PS_SERVERS), or with `place` = "
     "(generation, rank, size) of an elastic job to that generation's servers, and registers "
-    "tensors of these element counts and `dtypes` ('float32' or 'float64' by tensor; empty: all float32); ps-async overwrites `initial` with the servers' parameters "
+    "tensors of these element counts and `dtypes` ('float32' or 'float64' by tensor; empty: all float32); "
+    "ps-async overwrites `initial` with the servers' parameters "
     "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop' | 'adamax' | "
     "'adadelta' | 'nadam' | 'radam', 'lr', 'momentum', 'beta1', 'beta2', 'epsilon', 'rho', 'centered', "
     "'lr_decay', 'initial_accumulator_value', 'momentum_decay', 'nadam_torch1_form', 'weight_decay', "

@@ -878,7 +878,8 @@ def test_mode_arguments_are_checked():
         c = torch.nn.Parameter(torch.ones(3, dtype=torch.complex64))
         hvd.DistributedOptimizer(torch.optim.SGD([c], lr=0.1), named_parameters=[("p", c)], mode="ps-sync")
     d = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
-    with pytest.raises(ValueError, match="Compression.fp16 takes float32, float16 or bfloat16 parameters; .*d is float64"):
+    with pytest.raises(ValueError, match="Compression.fp16 takes float32, float16 or bfloat16 parameters; .*d is "
+                                         "float64"):
         hvd.DistributedOptimizer(torch.optim.SGD([p, d], lr=0.1), named_parameters=[("p", p), ("d", d)],
                                  mode="ps-async", compression=hvd.Compression.fp16)
     with pytest.raises(ValueError, match="has no nesterov"):
