@@ -7,8 +7,10 @@
 //     they hold (SGD with momentum, Adam, Adagrad, RMSprop, Adamax or Adadelta; lr and momentum
 //     from the options, or as setSgd changed them); with max_staleness = s the answer waits until no live worker is more
 //     than s steps behind this one.
-// Tensors are float32, registered once (their element counts, in the same order on every
-// worker); each server holds a shard of them (src/ps/sharding.h).
+// Tensors are float32 or float64 (PsOptions::dtypes), registered once (their element counts, in
+// the same order on every worker); each server holds a shard of them (src/ps/sharding.h) and
+// sums and applies each element in its tensor's type. Buffers are passed as untyped pointers,
+// each to its tensor's type.
 //
 // Errors: PeerError naming the server when one dies or answers with an error (a worker that died
 // in a sync job), TimeoutError when an answer does not come within options.timeout (naming the
@@ -32,13 +34,19 @@ namespace hora {
 enum class PsMode { kSync, kAsync };
 // kAsync: the optimizer the servers apply the pushes with.
 enum class PsOptimizer { kSgd, kAdam, kAdagrad, kRmsprop, kAdamax, kAdadelta, kNadam, kRadam };
+// A registered tensor's element type: the servers hold, sum and apply it in that type.
+enum class PsDtype : uint8_t { kFloat32 = 0, kFloat64 = 1 };
 
 struct PsOptions {
   PsMode mode = PsMode::kSync;
   bool average = true;          // kSync: the mean rather than the sum
   // The pushes (and kSync's replies) travel as float16, half the bytes (Compression.fp16); the
   // servers sum and apply in float32, and kAsync's replies, the parameters, stay float32.
+  // float32 tensors only: InvalidArgumentError naming a float64 one (float16 would keep 11 of its
+  // 53 bits, which whoever chose float64 did not ask for).
   bool fp16 = false;
+  // By tensor, in registration order; empty: every tensor is float32.
+  std::vector<PsDtype> dtypes;
   int64_t max_staleness = -1;   // kAsync: -1 = unbounded
   PsOptimizer optimizer = PsOptimizer::kSgd;  // kAsync
   double lr = 0.0;              // kAsync (setSgd changes lr and momentum between steps)
@@ -72,7 +80,7 @@ struct PsOptions {
 // correction and Adagrad's lr decay use).
 struct PsOptimizerState {
   uint64_t step = 0;
-  std::vector<std::vector<float*>> slots;  // by slot, then by tensor
+  std::vector<std::vector<void*>> slots;  // by slot, then by tensor (each of its tensor's dtype)
 };
 
 // How many slots kAsync's optimizer keeps per element, in the order PsOptimizerState has them:
@@ -128,7 +136,7 @@ class HORA_API ParameterServerClient {
   // does its `initial_state` (kAsync, read; null: the optimizer starts from zero). Returns with
   // `initial` overwritten by the servers' parameters in kAsync.
   ParameterServerClient(const PsJob& job, const std::vector<size_t>& tensor_elements, const PsOptions& options,
-                        const std::vector<float*>& initial = {}, const PsOptimizerState* initial_state = nullptr);
+                        const std::vector<void*>& initial = {}, const PsOptimizerState* initial_state = nullptr);
   ~ParameterServerClient();
   ParameterServerClient(ParameterServerClient&&) noexcept;
   ParameterServerClient& operator=(ParameterServerClient&&) noexcept;
@@ -137,11 +145,11 @@ class HORA_API ParameterServerClient {
   // returns): its push may begin while the backward pass computes the rest (a frontend's hook
   // calls it). Optional; InvalidArgumentError for a tensor readied twice in one step. Does
   // nothing after a failure or close(): step() reports it.
-  void ready(size_t tensor, const float* gradient);
+  void ready(size_t tensor, const void* gradient);
   // Pushes `gradients` (one pointer per tensor, read; those readied already are taken from
   // there) and writes the answer into `outputs` (kSync: the reduced gradients, which may be
   // `gradients` themselves; kAsync: the parameters), once every gradient has been read.
-  PsStep step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs);
+  PsStep step(const std::vector<const void*>& gradients, const std::vector<void*>& outputs);
   // kAsync: the learning rate (and SGD's or RMSprop's momentum) the servers apply this worker's
   // next pushes with (options.lr and momentum until called): for a schedule, a warm-up or a callback that
   // changes them between steps. Ignored in kSync.
@@ -150,7 +158,7 @@ class HORA_API ParameterServerClient {
   // kAsync, between steps: the servers' optimizer state now, written into `slots` (by slot, then
   // by tensor, as PsOptimizerState); returns its step count. A server's state is copied at
   // once, while the other workers' pushes go on.
-  uint64_t pullOptimizerState(const std::vector<std::vector<float*>>& slots);
+  uint64_t pullOptimizerState(const std::vector<std::vector<void*>>& slots);
   // kNadam: the product of momenta after `step` of the servers' steps, with the beta1 the servers
   // apply (HORA_PS_COMPENSATE_MOMENTUM lowers it): what the optimizer's own state holds there.
   double nadamMomentumProduct(uint64_t step) const;

@@ -244,7 +244,7 @@ class DistributedOptimizer {
 
   void onGradient(size_t index);  // called by the hook of parameter `index`
   void startAllreduce(Parameter& p);
-  void connectToServers(const PsOptions& options);  // the ps modes' part of the constructor
+  void connectToServers(PsOptions options);  // the ps modes' part of the constructor
   std::vector<at::Tensor> tensors() const;            // the parameters, in params_' order
   void pushToServers();       // the ps modes' synchronize(), under mutex_
   void roundIntoModel();      // the servers' float32 answer into float16 and bfloat16 parameters

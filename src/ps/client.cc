@@ -135,7 +135,8 @@ struct ParameterServerClient::Impl {
   std::vector<std::vector<size_t>> servers_of;     // by tensor: the servers holding a piece of it
   size_t part_elements = 0;                        // HORA_BUCKET_BYTES, in floats
   std::vector<std::unique_ptr<Channel>> channels;  // by server; the lanes' during a step
-  std::vector<std::vector<float>> buffers;         // by server: a shard's worth
+  std::vector<ps::ShardLayout> layouts;            // by server: its shard's float64 and float32 elements
+  std::vector<std::vector<std::byte>> buffers;     // by server: a shard's worth, as its layout places it
   std::vector<std::vector<uint16_t>> wire;         // by server, options.fp16: the shard as float16
   uint64_t step = 0;
   bool closed = false;
@@ -144,10 +145,10 @@ struct ParameterServerClient::Impl {
   // The step under way, shared with the lanes (Note [overlapped pushes]).
   std::mutex mutex;
   std::condition_variable all_done;
-  std::vector<const float*> ready;             // by tensor: its gradient once readied, else null
+  std::vector<const void*> ready;              // by tensor: its gradient once readied, else null
   bool under_way = false;                      // the step's first tensor was readied
   uint64_t exchange_step = 0;                  // the step the lanes work on
-  const std::vector<float*>* outputs = nullptr;  // step()'s, once every tensor is ready
+  const std::vector<void*>* outputs = nullptr;  // step()'s, once every tensor is ready
   size_t lanes_sent = 0;
   bool stopping = false;
   std::vector<std::unique_ptr<Lane>> lanes;    // by server
@@ -160,19 +161,40 @@ struct ParameterServerClient::Impl {
 
   ~Impl() { stopLanes(); }
 
-  void gather(size_t server, const std::vector<const float*>& tensors) {
-    float* out = buffers[server].data();
+  // Bytes of one element of piece `p`, and where the piece's elements begin in its tensor.
+  static size_t elementBytes(const ps::Piece& p) { return p.wide ? sizeof(double) : sizeof(float); }
+  static size_t tensorByte(const ps::Piece& p) { return p.offset * elementBytes(p); }
+  void gather(size_t server, const std::vector<const void*>& tensors) {
+    std::byte* out = buffers[server].data();
     for (const ps::Piece& p : plan.servers[server]) {
-      std::memcpy(out, tensors[p.tensor] + p.offset, p.count * sizeof(float));
-      out += p.count;
+      std::memcpy(out, static_cast<const std::byte*>(tensors[p.tensor]) + tensorByte(p), p.count * elementBytes(p));
+      out += p.count * elementBytes(p);
     }
   }
-  void scatter(size_t server, const std::vector<float*>& tensors) { scatter(server, buffers[server].data(), tensors); }
-  void scatter(size_t server, const float* in, const std::vector<float*>& tensors) {
+  void scatter(size_t server, const std::vector<void*>& tensors) { scatter(server, buffers[server].data(), tensors); }
+  void scatter(size_t server, const std::byte* in, const std::vector<void*>& tensors) {
     for (const ps::Piece& p : plan.servers[server]) {
-      std::memcpy(tensors[p.tensor] + p.offset, in, p.count * sizeof(float));
-      in += p.count;
+      std::memcpy(static_cast<std::byte*>(tensors[p.tensor]) + tensorByte(p), in, p.count * elementBytes(p));
+      in += p.count * elementBytes(p);
     }
+  }
+  // What server k is registered with: `r` for its shard, then (kAsync) its shard of the
+  // parameters and of each slot of the initial state (Note [optimizer state] in messages.h).
+  std::vector<std::byte> registrationPayload(size_t k, ps::Registration r, const std::vector<void*>& initial,
+                                             const PsOptimizerState* initial_state) {
+    r.shard_elements = layouts[k].elements();
+    r.wide_elements = layouts[k].wide;
+    std::vector<std::byte> payload(sizeof(r));
+    std::memcpy(payload.data(), &r, sizeof(r));
+    if (options.mode != PsMode::kAsync) return payload;
+    std::vector<std::vector<const void*>> sets{{initial.begin(), initial.end()}};
+    if (initial_state)
+      for (const auto& slot : initial_state->slots) sets.emplace_back(slot.begin(), slot.end());
+    for (const auto& tensors : sets) {
+      gather(k, tensors);
+      payload.insert(payload.end(), buffers[k].begin(), buffers[k].end());
+    }
+    return payload;
   }
   // The error a server reported in a kError message whose header `h` was received.
   static Error reportedError(Channel& c, const MessageHeader& h, const common::Deadline& deadline) {
@@ -187,8 +209,9 @@ struct ParameterServerClient::Impl {
     Channel& c = *channels[server];
     const MessageHeader h = c.receiveHeader(deadline);
     if (h.kind == MessageKind::kError) return reportedError(c, h, deadline);
-    std::vector<float>& values = buffers[server];
-    const size_t expected = values.size() * (halves ? sizeof(uint16_t) : sizeof(float));
+    std::vector<std::byte>& values = buffers[server];
+    // (halves: an fp16 job's shard is all float32)
+    const size_t expected = halves ? layouts[server].elements() * sizeof(uint16_t) : values.size();
     if (h.kind != MessageKind::kReply || (h.bytes != expected && !(may_be_empty && h.bytes == 0)))
       c.fail(MismatchError(std::string("answered with a ") + ps::toString(h.kind) + " of " +
                            std::to_string(h.bytes) + " bytes where a reply of " + std::to_string(expected) +
@@ -198,19 +221,19 @@ struct ParameterServerClient::Impl {
       return h;
     }
     c.receivePayload(wire[server].data(), h.bytes, deadline);
-    for (size_t i = 0; i < values.size(); ++i) values[i] = common::Half::toFloat(wire[server][i]);
+    auto* floats = reinterpret_cast<float*>(values.data());
+    for (size_t i = 0; i < wire[server].size(); ++i) floats[i] = common::Half::toFloat(wire[server][i]);
     return h;
   }
-  // A reply of exactly values.size() floats from server k into `values` (the optimizer's state),
+  // A reply of exactly values.size() bytes from server k into `values` (the optimizer's state),
   // or the error the server reported, rethrown.
-  MessageHeader receiveInto(size_t k, std::vector<float>& values, const common::Deadline& deadline) {
+  MessageHeader receiveInto(size_t k, std::vector<std::byte>& values, const common::Deadline& deadline) {
     Channel& c = *channels[k];
     const MessageHeader h = c.receiveHeader(deadline);
     if (h.kind == MessageKind::kError) rethrowAs(reportedError(c, h, deadline));
-    if (h.kind != MessageKind::kReply || h.bytes != values.size() * sizeof(float))
+    if (h.kind != MessageKind::kReply || h.bytes != values.size())
       c.fail(MismatchError(std::string("answered with a ") + ps::toString(h.kind) + " of " + std::to_string(h.bytes) +
-                           " bytes where the optimizer's state of " + std::to_string(values.size() * sizeof(float)) +
-                           " was due"));
+                           " bytes where the optimizer's state of " + std::to_string(values.size()) + " was due"));
     c.receivePayload(values.data(), h.bytes, deadline);
     return h;
   }
@@ -218,21 +241,23 @@ struct ParameterServerClient::Impl {
   // push that starts at element `offset`; returns where that part's bytes are.
   const void* gatherPart(size_t k, size_t first, size_t end, size_t offset) {
     const auto& pieces = plan.servers[k];
-    if (options.fp16) {
+    if (options.fp16) {  // (float32 tensors only)
       uint16_t* out = wire[k].data() + offset;
       for (size_t i = first; i < end; ++i) {
-        const float* in = ready[pieces[i].tensor] + pieces[i].offset;
+        const float* in = static_cast<const float*>(ready[pieces[i].tensor]) + pieces[i].offset;
         for (size_t j = 0; j < pieces[i].count; ++j) out[j] = common::Half::fromFloat(in[j]);
         out += pieces[i].count;
       }
       return wire[k].data() + offset;
     }
-    float* out = buffers[k].data() + offset;
+    std::byte* const start = buffers[k].data() + layouts[k].byteOf(offset);
+    std::byte* out = start;
     for (size_t i = first; i < end; ++i) {
-      std::memcpy(out, ready[pieces[i].tensor] + pieces[i].offset, pieces[i].count * sizeof(float));
-      out += pieces[i].count;
+      const ps::Piece& p = pieces[i];
+      std::memcpy(out, static_cast<const std::byte*>(ready[p.tensor]) + tensorByte(p), p.count * elementBytes(p));
+      out += p.count * elementBytes(p);
     }
-    return buffers[k].data() + offset;
+    return start;
   }
 
   void startLanes() {
@@ -269,7 +294,7 @@ struct ParameterServerClient::Impl {
   }
   // mutex held: tensor t's gradient is final for this step; wakes the lanes whose ready prefix
   // it completes a part of.
-  void markReady(size_t t, const float* gradient) {
+  void markReady(size_t t, const void* gradient) {
     if (ready[t])
       throw InvalidArgumentError("parameter server client: tensor " + std::to_string(t) + " was readied twice in step " +
                                  std::to_string(step + 1));
@@ -359,10 +384,10 @@ struct ParameterServerClient::Impl {
       h.kind = MessageKind::kPush;
       h.worker = static_cast<uint32_t>(job.worker);
       h.step = next;
-      h.lr = static_cast<float>(options.lr);  // the last part's are the ones applied
-      h.momentum = static_cast<float>(options.momentum);
+      h.lr = options.lr;  // the last part's are the ones applied
+      h.momentum = options.momentum;
       h.offset = offset;
-      h.bytes = count * (options.fp16 ? sizeof(uint16_t) : sizeof(float));
+      h.bytes = options.fp16 ? count * sizeof(uint16_t) : layouts[k].byteOf(offset + count) - layouts[k].byteOf(offset);
       {
         Unlocked unlocked(lock);
         const void* part = gatherPart(k, first, end, offset);
@@ -438,7 +463,7 @@ ps::Registration registrationOf(const PsJob& job, const PsOptions& options, cons
   r.decoupled_weight_decay = options.decoupled_weight_decay ? 1 : 0;
   r.average = options.average ? 1 : 0;
   r.fp16 = options.fp16 ? 1 : 0;
-  r.layout_hash = ps::layoutHash(elements);
+  r.layout_hash = ps::layoutHash(elements, options.dtypes);
   return r;
 }
 
@@ -456,10 +481,22 @@ void checkArguments(const PsJob& job, const PsOptions& options, size_t tensors, 
   if (options.mode == PsMode::kAsync && initial != tensors)
     throw InvalidArgumentError("ps-async needs the initial parameters of every tensor (" + std::to_string(tensors) +
                                "), got " + std::to_string(initial));
+  if (!options.dtypes.empty() && options.dtypes.size() != tensors)
+    throw InvalidArgumentError("parameter server client: " + std::to_string(options.dtypes.size()) + " dtypes for " +
+                               std::to_string(tensors) + " tensors");
+  for (size_t t = 0; t < options.dtypes.size(); ++t) {
+    if (options.dtypes[t] != PsDtype::kFloat32 && options.dtypes[t] != PsDtype::kFloat64)
+      throw InvalidArgumentError("parameter server client: tensor " + std::to_string(t) + " has an unknown dtype " +
+                                 std::to_string(static_cast<int>(options.dtypes[t])));
+    // float16 keeps 11 of float64's 53 bits: a float64 tensor's pushes are not compressed silently.
+    if (options.fp16 && options.dtypes[t] == PsDtype::kFloat64)
+      throw InvalidArgumentError("parameter server client: tensor " + std::to_string(t) +
+                                 " is float64; fp16 compression takes float32 tensors only");
+  }
 }
 
 // InvalidArgumentError unless `slots` are kAsync's optimizer's, a pointer per tensor each.
-void checkSlots(const PsOptions& options, size_t tensors, const std::vector<std::vector<float*>>& slots,
+void checkSlots(const PsOptions& options, size_t tensors, const std::vector<std::vector<void*>>& slots,
                 const char* what) {
   if (options.mode != PsMode::kAsync)
     throw InvalidArgumentError(std::string(what) + ": only ps-async servers hold an optimizer state");
@@ -471,16 +508,6 @@ void checkSlots(const PsOptions& options, size_t tensors, const std::vector<std:
     if (slot.size() != tensors)
       throw InvalidArgumentError(std::string(what) + ": a slot needs one buffer per tensor (" +
                                  std::to_string(tensors) + "), got " + std::to_string(slot.size()));
-}
-
-// What a ps-async registration sends after its header: the parameters, then the optimizer's
-// slots when there is an initial state (Note [optimizer state] in messages.h).
-std::vector<std::vector<const float*>> initialTensors(const std::vector<float*>& initial,
-                                                      const PsOptimizerState* initial_state) {
-  std::vector<std::vector<const float*>> out{{initial.begin(), initial.end()}};
-  if (initial_state)
-    for (const auto& slot : initial_state->slots) out.emplace_back(slot.begin(), slot.end());
-  return out;
 }
 
 }  // namespace
@@ -515,7 +542,7 @@ std::string asyncMomentumWarning(int workers, double momentum) {
 }
 
 ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector<size_t>& tensor_elements,
-                                             const PsOptions& options, const std::vector<float*>& initial,
+                                             const PsOptions& options, const std::vector<void*>& initial,
                                              const PsOptimizerState* initial_state)
     : impl_(std::make_unique<Impl>()) {
   Impl& s = *impl_;
@@ -529,15 +556,16 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
       options.optimizer == PsOptimizer::kNadam || options.optimizer == PsOptimizer::kRadam)
     s.options.beta1 = appliedMomentum(job, options, options.beta1);  // the first moment's decay is a momentum
   s.elements = tensor_elements;
-  s.plan = ps::planShards(tensor_elements, job.servers);
+  s.plan = ps::planShards(tensor_elements, job.servers, options.dtypes);
   const auto deadline = common::Deadline::after(job.options.timeout);
   rendezvous::TcpStore store(job.rendezvous.address, job.rendezvous.port, job.rendezvous.secret, deadline);
   for (int k = 0; k < job.servers; ++k) {
     const std::string who = describeServer(store, job, k, deadline);
     s.channels.push_back(std::make_unique<Channel>(Channel::Side::kWorker, k, job.worker, job.hostname,
                                                    job.rendezvous, s.job.options, who));
-    s.buffers.emplace_back(s.plan.shardElements(static_cast<size_t>(k)));
-    s.wire.emplace_back(options.fp16 ? s.buffers.back().size() : 0);
+    s.layouts.push_back(s.plan.layout(static_cast<size_t>(k)));
+    s.buffers.emplace_back(s.layouts.back().bytes());
+    s.wire.emplace_back(options.fp16 ? s.layouts.back().elements() : 0);
   }
   ps::Registration r = registrationOf(job, s.options, tensor_elements);
   if (initial_state) {
@@ -546,16 +574,7 @@ ParameterServerClient::ParameterServerClient(const PsJob& job, const std::vector
   }
   s.guarded([&] {
     for (size_t k = 0; k < s.channels.size(); ++k) {
-      r.shard_elements = s.buffers[k].size();
-      std::vector<std::byte> payload(sizeof(r));
-      std::memcpy(payload.data(), &r, sizeof(r));
-      if (options.mode == PsMode::kAsync) {
-        for (const auto& tensors : initialTensors(initial, initial_state)) {
-          s.gather(k, tensors);
-          const auto* bytes = reinterpret_cast<const std::byte*>(s.buffers[k].data());
-          payload.insert(payload.end(), bytes, bytes + s.buffers[k].size() * sizeof(float));
-        }
-      }
+      const std::vector<std::byte> payload = s.registrationPayload(k, r, initial, initial_state);
       MessageHeader h;
       h.kind = MessageKind::kRegister;
       h.worker = static_cast<uint32_t>(job.worker);
@@ -594,7 +613,7 @@ void ParameterServerClient::setSgd(double lr, double momentum) {
   impl_->options.momentum = appliedMomentum(impl_->job, impl_->options, momentum);
 }
 
-void ParameterServerClient::ready(size_t tensor, const float* gradient) {
+void ParameterServerClient::ready(size_t tensor, const void* gradient) {
   Impl& s = *impl_;
   if (tensor >= s.elements.size())
     throw InvalidArgumentError("parameter server client: tensor " + std::to_string(tensor) + " readied; " +
@@ -604,7 +623,7 @@ void ParameterServerClient::ready(size_t tensor, const float* gradient) {
   s.markReady(tensor, gradient);
 }
 
-PsStep ParameterServerClient::step(const std::vector<const float*>& gradients, const std::vector<float*>& outputs) {
+PsStep ParameterServerClient::step(const std::vector<const void*>& gradients, const std::vector<void*>& outputs) {
   Impl& s = *impl_;
   if (gradients.size() != s.elements.size() || outputs.size() != s.elements.size())
     throw InvalidArgumentError("step: " + std::to_string(s.elements.size()) + " tensors were registered, got " +
@@ -647,7 +666,7 @@ PsStep ParameterServerClient::step(const std::vector<const float*>& gradients, c
   });
 }
 
-uint64_t ParameterServerClient::pullOptimizerState(const std::vector<std::vector<float*>>& slots) {
+uint64_t ParameterServerClient::pullOptimizerState(const std::vector<std::vector<void*>>& slots) {
   Impl& s = *impl_;
   checkSlots(s.options, s.elements.size(), slots, "pullOptimizerState");
   return s.guarded([&] {
@@ -663,9 +682,9 @@ uint64_t ParameterServerClient::pullOptimizerState(const std::vector<std::vector
       c->send(h, nullptr, deadline);
     }
     uint64_t step = 0;
-    std::vector<float> state;
+    std::vector<std::byte> state;
     for (size_t k = 0; k < s.channels.size(); ++k) {
-      state.resize(slots.size() * s.buffers[k].size());
+      state.resize(slots.size() * s.buffers[k].size());  // slot after slot, each a shard
       const MessageHeader h = s.receiveInto(k, state, deadline);
       step = std::max(step, h.step);  // each server counts the pushes it applied
       for (size_t slot = 0; slot < slots.size(); ++slot)

@@ -50,8 +50,8 @@ std::string registrationDifference(const Registration& a, const Registration& b)
   };
   if (a.mode != b.mode) return std::string("mode ") + toString(b.mode) + " where the first worker gave " + toString(a.mode);
   if (a.workers != b.workers) return differs("number of workers", a.workers, b.workers);
-  if (a.layout_hash != b.layout_hash || a.shard_elements != b.shard_elements)
-    return differs("tensors (shard elements)", a.shard_elements, b.shard_elements) + " or other tensor sizes";
+  if (a.layout_hash != b.layout_hash || a.shard_elements != b.shard_elements || a.wide_elements != b.wide_elements)
+    return differs("tensors (shard elements)", a.shard_elements, b.shard_elements) + " or other tensor sizes or dtypes";
   if (a.average != b.average) return differs("average", a.average, b.average);
   if (a.fp16 != b.fp16) return differs("fp16 (compression)", a.fp16, b.fp16);
   if (a.max_staleness != b.max_staleness) return differs("max_staleness", a.max_staleness, b.max_staleness);

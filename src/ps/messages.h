@@ -2,7 +2,8 @@
 //
 // A message is a fixed MessageHeader and `bytes` of payload. The channel (channel.h) sends both
 // in one transfer set and the receiver reads the header first, so it knows how much payload to
-// wait for. Payloads are float32 shards, a Registration, or (kError) the text of an error.
+// wait for. Payloads are shards (ShardLayout in sharding.h: the float64 elements, then the
+// float32 ones), a Registration, or (kError) the text of an error.
 //
 // Note [optimizer state]: an async server's optimizer state (SGD's velocity, Adam's moments, ...)
 // lives on the server, and a checkpoint or an elastic commit must hold it, or a restored job
@@ -17,7 +18,7 @@
 
 namespace hora::ps {
 
-inline constexpr uint32_t kMessageMagic = 0x32535048;  // "HPS2"
+inline constexpr uint32_t kMessageMagic = 0x33535048;  // "HPS3": lr and momentum in double
 
 enum class MessageKind : uint8_t {
   kRegister = 1,  // worker -> server: Registration (+ the initial shard in async mode)
@@ -36,16 +37,18 @@ struct MessageHeader {
   uint8_t error_kind = 0;  // kError: a hora::ErrorKind
   uint16_t reserved = 0;
   uint32_t worker = 0;
-  float lr = 0;          // push, async: the learning rate the server's optimizer applies it with
+  uint32_t reserved2 = 0;
+  // push, async: the learning rate and momentum (SGD, RMSprop) the server's optimizer applies it
+  // with, in double: a float64 tensor is updated with the lr its optimizer holds, not float32's.
+  double lr = 0;
+  double momentum = 0;
   uint64_t step = 0;     // push: the worker's step (1, 2, ...); reply: the worker's applied steps
   uint64_t slowest = 0;  // reply: the fewest steps any live worker has had applied
   uint64_t bytes = 0;    // payload
   uint64_t version = 0;  // reply: pushes this server has applied in all (async), or rounds (sync)
-  float momentum = 0;    // push, async: the momentum it is applied with (SGD, RMSprop)
-  uint32_t reserved2 = 0;
   uint64_t offset = 0;   // push: the part's first element in the shard (Note [overlapped pushes])
 };
-static_assert(sizeof(MessageHeader) == 64);
+static_assert(sizeof(MessageHeader) == 72);
 
 enum class Mode : uint32_t { kSync = 1, kAsync = 2 };
 
@@ -80,7 +83,7 @@ struct Registration {
   double lr_decay = 0;
   double initial_accumulator = 0;  // async, Adagrad: where the sum of squared gradients starts
   // 1 = the pushes' floats (and sync replies') travel as float16 (Compression.fp16): half the
-  // bytes; the server sums and applies in float32.
+  // bytes; the server sums and applies in float32. Only for a shard without float64 elements.
   uint32_t fp16 = 0;
   // async: 1 = weight decay decoupled from the gradient, p -= lr wd p before the update (torch's
   // AdamW, Keras' weight_decay); 0 = added to it, g + wd p (torch's weight_decay of the others).
@@ -94,8 +97,11 @@ struct Registration {
   // twice (torch 2.0 fixed it; the servers compute what the worker's own optimizer would).
   uint32_t nadam_twice = 0;
   uint64_t optimizer_step = 0;
+  // How many of the shard's shard_elements are float64 (ShardLayout: they come first, in every
+  // payload). The server holds, sums and applies them in float64, the others in float32.
+  uint64_t wide_elements = 0;
 };
-static_assert(sizeof(Registration) == 136);
+static_assert(sizeof(Registration) == 144);
 
 // The optimizer state an async server keeps per element, in the order kState answers with:
 // SGD the velocity; Adam the first and second moments; Adagrad the sum of squares;

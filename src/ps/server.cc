@@ -5,7 +5,10 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdint>
 #include <cstring>
+#include <span>
 
 #include "bootstrap/job/elastic_join.h"
 #include "bootstrap/job/horarun.h"
@@ -42,24 +45,70 @@ void sendError(Channel& channel, int worker, const Error& e, const common::Deadl
   channel.send(h, text.data(), deadline);
 }
 
-// `wire` (not null): the values go as float16, narrowed into it (a sync reply of an fp16 job).
-void sendReply(Channel& channel, int worker, const ReplyData& r, const common::Deadline& deadline,
-               std::vector<uint16_t>* wire = nullptr) {
-  MessageHeader h;
+// A reply whose payload is `pieces`, one after another: a shard's float64 values, then its
+// float32 ones (ShardLayout), for each buffer it carries. The transport sends one buffer per
+// message, so a payload of several non-empty pieces is joined in `joined` first; one is sent where
+// it lies (a shard of one element type: no copy).
+void sendReply(Channel& channel, MessageHeader h, const std::vector<std::span<const std::byte>>& pieces,
+               std::vector<std::byte>& joined, const common::Deadline& deadline) {
   h.kind = MessageKind::kReply;
+  h.bytes = 0;
+  const std::byte* only = nullptr;
+  size_t non_empty = 0;
+  for (const auto& piece : pieces) {
+    h.bytes += piece.size();
+    if (!piece.empty()) ++non_empty, only = piece.data();
+  }
+  if (non_empty > 1) {
+    joined.clear();
+    for (const auto& piece : pieces) joined.insert(joined.end(), piece.begin(), piece.end());
+    only = joined.data();
+  }
+  channel.send(h, only, deadline);
+}
+
+MessageHeader replyHeader(int worker, uint64_t step, uint64_t slowest, uint64_t version) {
+  MessageHeader h;
   h.worker = static_cast<uint32_t>(worker);
-  h.step = r.step;
-  h.slowest = r.slowest;
-  h.version = r.version;
+  h.step = step;
+  h.slowest = slowest;
+  h.version = version;
+  return h;
+}
+
+// A push's reply: its values as they are, or (`wire` not null: a sync reply of an fp16 job, whose
+// shard is all float32) narrowed to float16 in `wire`.
+void sendPushReply(Channel& channel, int worker, const ReplyData& r, std::vector<std::byte>& joined,
+                   const common::Deadline& deadline, std::vector<uint16_t>* wire) {
+  const MessageHeader h = replyHeader(worker, r.step, r.slowest, r.version);
   if (!wire) {
-    h.bytes = r.values.size() * sizeof(float);
-    channel.send(h, r.values.data(), deadline);
+    sendReply(channel, h, {std::as_bytes(r.wide), std::as_bytes(r.values)}, joined, deadline);
     return;
   }
   wire->resize(r.values.size());
   for (size_t i = 0; i < r.values.size(); ++i) (*wire)[i] = common::Half::fromFloat(r.values[i]);
-  h.bytes = wire->size() * sizeof(uint16_t);
-  channel.send(h, wire->data(), deadline);
+  sendReply(channel, h, {std::as_bytes(std::span<const uint16_t>(*wire))}, joined, deadline);
+}
+
+// A registration's payload after the Registration: for the parameters and then each optimizer
+// slot, the shard's float64 values and its float32 ones (ShardLayout), split into the two types.
+// A payload that is no whole number of shards goes to `narrow` as it is, for ShardState to refuse.
+void splitInitial(const std::byte* data, size_t bytes, const ShardLayout& layout, std::vector<float>& narrow,
+                  std::vector<double>& wide) {
+  const size_t shard = layout.bytes();
+  if (shard == 0 || bytes % shard != 0) {
+    narrow.resize(bytes / sizeof(float));
+    if (bytes > 0) std::memcpy(narrow.data(), data, narrow.size() * sizeof(float));
+    return;
+  }
+  const size_t sets = bytes / shard;
+  narrow.resize(sets * layout.narrow);
+  wide.resize(sets * layout.wide);
+  for (size_t set = 0; set < sets; ++set, data += shard) {
+    std::memcpy(wide.data() + set * layout.wide, data, layout.wide * sizeof(double));
+    std::memcpy(narrow.data() + set * layout.narrow, data + layout.wide * sizeof(double),
+                layout.narrow * sizeof(float));
+  }
 }
 
 }  // namespace
@@ -156,38 +205,16 @@ bool Server::serve(Channel& channel, int worker, Session& session) {
   const auto deadline = common::Deadline::after(options_.options.timeout);
   const MessageHeader h = channel.receiveHeader(deadline);
   switch (h.kind) {
-    case MessageKind::kRegister: {
-      if (h.bytes < sizeof(Registration) || (h.bytes - sizeof(Registration)) % sizeof(float) != 0)
-        channel.fail(MismatchError("sent a registration of " + std::to_string(h.bytes) + " bytes"));
-      std::vector<std::byte> payload(h.bytes);
-      channel.receivePayload(payload.data(), payload.size(), deadline);
-      Registration r;
-      std::memcpy(&r, payload.data(), sizeof(r));
-      std::vector<float> initial((h.bytes - sizeof(Registration)) / sizeof(float));
-      if (!initial.empty())  // (a worker that sends no parameters: no memcpy from a null data())
-        std::memcpy(initial.data(), payload.data() + sizeof(r), initial.size() * sizeof(float));
-      try {
-        const std::vector<float> parameters = state_.registerWorker(worker, r, std::move(initial), deadline);
-        if (state_.async()) announceAsync();
-        // Allocated (and its pages touched) once per session: every push fills the whole shard.
-        session.gradient.assign(r.shard_elements, 0.0f);
-        session.shard = r.shard_elements;
-        session.fp16 = r.fp16 != 0;
-        session.registered = true;
-        sendReply(channel, worker, {parameters, 0, 0, 0}, deadline);
-      } catch (const Error& e) {
-        sendError(channel, worker, e, deadline);
-      }
+    case MessageKind::kRegister:
+      receiveRegistration(channel, worker, h, session, deadline);
       return true;
-    }
     case MessageKind::kPush:
       receivePart(channel, worker, h, session, deadline);
       return true;
     case MessageKind::kState:
       if (h.bytes != 0) channel.fail(MismatchError("sent a state request of " + std::to_string(h.bytes) + " bytes"));
       try {
-        const OptimizerState state = state_.optimizerState(worker);
-        sendReply(channel, worker, {state.slots, state.step, 0, 0}, deadline);
+        sendState(channel, worker, session, deadline);
       } catch (const Error& e) {
         sendError(channel, worker, e, deadline);
       }
@@ -201,34 +228,84 @@ bool Server::serve(Channel& channel, int worker, Session& session) {
   return false;
 }
 
+void Server::receiveRegistration(Channel& channel, int worker, const MessageHeader& h, Session& session,
+                                 const common::Deadline& deadline) {
+  if (h.bytes < sizeof(Registration) || (h.bytes - sizeof(Registration)) % sizeof(float) != 0)
+    channel.fail(MismatchError("sent a registration of " + std::to_string(h.bytes) + " bytes"));
+  std::vector<std::byte> payload(h.bytes);
+  channel.receivePayload(payload.data(), payload.size(), deadline);
+  Registration r;
+  std::memcpy(&r, payload.data(), sizeof(r));
+  const size_t wide = std::min(r.wide_elements, r.shard_elements);  // (more: registerWorker refuses it)
+  const ShardLayout layout{wide, r.shard_elements - wide};
+  std::vector<float> initial;
+  std::vector<double> initial_wide;
+  splitInitial(payload.data() + sizeof(r), h.bytes - sizeof(r), layout, initial, initial_wide);
+  try {
+    const ShardValues parameters =
+        state_.registerWorker(worker, r, std::move(initial), deadline, std::move(initial_wide));
+    if (state_.async()) announceAsync();
+    // Allocated (and its pages touched) once per session: every push fills the whole shard.
+    session.gradient.assign(layout.bytes(), std::byte{0});
+    session.layout = layout;
+    session.fp16 = r.fp16 != 0;
+    session.registered = true;
+    sendReply(channel, replyHeader(worker, 0, 0, 0),
+              {std::as_bytes(std::span(parameters.wide)), std::as_bytes(std::span(parameters.narrow))}, session.joined,
+              deadline);
+  } catch (const Error& e) {
+    sendError(channel, worker, e, deadline);
+  }
+}
+
+void Server::sendState(Channel& channel, int worker, Session& session, const common::Deadline& deadline) {
+  const OptimizerState state = state_.optimizerState(worker);
+  // Slot after slot, each as a shard is laid out: its float64 values, then its float32 ones.
+  const size_t wide = session.layout.wide, narrow = session.layout.narrow;
+  const size_t slots = wide > 0 ? state.wide_slots.size() / wide : narrow > 0 ? state.slots.size() / narrow : 0;
+  std::vector<std::span<const std::byte>> pieces;
+  for (size_t j = 0; j < slots; ++j) {
+    pieces.push_back(std::as_bytes(std::span(state.wide_slots).subspan(j * wide, wide)));
+    pieces.push_back(std::as_bytes(std::span(state.slots).subspan(j * narrow, narrow)));
+  }
+  sendReply(channel, replyHeader(worker, state.step, 0, 0), pieces, session.joined, deadline);
+}
+
 void Server::receivePart(Channel& channel, int worker, const MessageHeader& h, Session& session,
                          const common::Deadline& deadline) {
   if (!session.registered) channel.fail(MismatchError("pushed before registering"));
   // Parts come in order (Note [overlapped pushes]): anything else is a broken client or garbage.
-  const size_t element = session.fp16 ? sizeof(uint16_t) : sizeof(float);
-  const size_t count = h.bytes / element;
+  // A part is elements [offset, end) of the shard: halves in an fp16 job (all float32), else each
+  // element in its type (ShardLayout).
+  const ShardLayout& layout = session.layout;
+  const size_t start = std::min<size_t>(h.offset, layout.elements());
+  const size_t end = session.fp16 ? (h.bytes % sizeof(uint16_t) == 0 ? start + h.bytes / sizeof(uint16_t) : SIZE_MAX)
+                                  : layout.elementAt(layout.byteOf(start) + h.bytes);
   if (h.offset == 0) session.part_step = h.step;
-  if (h.bytes % element != 0 || h.offset != session.received || count > session.shard - session.received ||
-      h.step != session.part_step)
+  if (end == SIZE_MAX || h.offset != session.received || end > layout.elements() || h.step != session.part_step)
     channel.fail(MismatchError("pushed " + std::to_string(h.bytes) + " bytes at element " + std::to_string(h.offset) +
                                " of step " + std::to_string(h.step) + " where element " +
-                               std::to_string(session.received) + " of a shard of " + std::to_string(session.shard) +
-                               " was due"));
+                               std::to_string(session.received) + " of a shard of " +
+                               std::to_string(layout.elements()) + " was due"));
+  const size_t count = end - start;
+  std::byte* shard = session.gradient.data();
+  auto* narrow = reinterpret_cast<float*>(shard + layout.byteOf(layout.wide));
   if (count > 0 && session.fp16) {
     session.wire.resize(count);
     channel.receivePayload(session.wire.data(), h.bytes, deadline);
-    float* out = session.gradient.data() + h.offset;
-    for (size_t i = 0; i < count; ++i) out[i] = common::Half::toFloat(session.wire[i]);
+    for (size_t i = 0; i < count; ++i) narrow[start + i] = common::Half::toFloat(session.wire[i]);
   } else if (count > 0) {
-    channel.receivePayload(session.gradient.data() + h.offset, h.bytes, deadline);
+    channel.receivePayload(shard + layout.byteOf(start), h.bytes, deadline);
   }
   session.received += count;
-  if (session.received < session.shard) return;  // more parts of this step to come
+  if (session.received < layout.elements()) return;  // more parts of this step to come
   session.received = 0;
   try {
-    const ReplyData reply = state_.push(worker, h.step, session.gradient.data(), {h.lr, h.momentum}, deadline);
-    // An async reply is the parameters: float32 always, or every pull would round the model.
-    sendReply(channel, worker, reply, deadline, session.fp16 && !state_.async() ? &session.wire : nullptr);
+    const ReplyData reply = state_.push(worker, h.step, narrow, {h.lr, h.momentum}, deadline,
+                                        reinterpret_cast<const double*>(shard));
+    // An async reply is the parameters: full precision always, or every pull would round the model.
+    sendPushReply(channel, worker, reply, session.joined, deadline,
+                  session.fp16 && !state_.async() ? &session.wire : nullptr);
     session.step = h.step;
   } catch (const Error& e) {
     sendError(channel, worker, e, deadline);

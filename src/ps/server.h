@@ -22,6 +22,7 @@
 #include "common/socket.h"
 #include "hora/options.h"
 #include "ps/shard_state.h"
+#include "ps/sharding.h"
 
 namespace hora::ps {
 
@@ -62,16 +63,24 @@ class Server {
   // What a session keeps between requests.
   struct Session {
     uint64_t step = 0;            // the worker's last answered push
-    size_t shard = 0;             // elements, from the registration
+    ShardLayout layout;           // the shard's float64 and float32 elements, from the registration
     bool registered = false;
-    std::vector<float> gradient;  // the step's pushed parts, gathered
+    // The step's pushed parts, gathered as the layout places them (the float64 values first, so
+    // 8-byte aligned as new[] aligns the buffer).
+    std::vector<std::byte> gradient;
     size_t received = 0;          // elements of the step under way received so far
     uint64_t part_step = 0;       // the step its first part named
     bool fp16 = false;            // pushes and sync replies travel as float16
     std::vector<uint16_t> wire;   // fp16: a part as it came, a reply as it goes
+    std::vector<std::byte> joined;  // a reply of several pieces, joined (sendReply in server.cc)
   };
   // One request of `worker`; false when the session should end.
   bool serve(Channel& channel, int worker, Session& session);
+  // A registration, answered with the parameters (async) or an error.
+  void receiveRegistration(Channel& channel, int worker, const MessageHeader& h, Session& session,
+                           const common::Deadline& deadline);
+  // A state request, answered with the optimizer's slots (Note [optimizer state]).
+  void sendState(Channel& channel, int worker, Session& session, const common::Deadline& deadline);
   // A part of a push; when it completes the shard, the step is pushed and answered.
   void receivePart(Channel& channel, int worker, const MessageHeader& h, Session& session,
                    const common::Deadline& deadline);

@@ -10,10 +10,12 @@ namespace hora::ps {
 ShardState::ShardState(std::string name, int workers)
     : name_(std::move(name)),
       workers_(workers),
-      replies_(static_cast<size_t>(workers)),
       steps_(static_cast<size_t>(workers), 0),
       left_(static_cast<size_t>(workers), false),
-      died_(static_cast<size_t>(workers), false) {}
+      died_(static_cast<size_t>(workers), false) {
+  wide_.replies.resize(static_cast<size_t>(workers));
+  narrow_.replies.resize(static_cast<size_t>(workers));
+}
 
 bool ShardState::async() const {
   std::lock_guard lock(mutex_);
@@ -22,7 +24,12 @@ bool ShardState::async() const {
 
 std::vector<float> ShardState::parameters() const {
   std::lock_guard lock(mutex_);
-  return params_;
+  return narrow_.params;
+}
+
+std::vector<double> ShardState::wideParameters() const {
+  std::lock_guard lock(mutex_);
+  return wide_.params;
 }
 
 bool ShardState::anyDied() const {
@@ -34,8 +41,8 @@ void ShardState::checkFailed() const {
   if (failure_) rethrowAs(*failure_);
 }
 
-std::vector<float> ShardState::registerWorker(int worker, const Registration& r, std::vector<float> initial,
-                                              const common::Deadline& deadline) {
+ShardValues ShardState::registerWorker(int worker, const Registration& r, std::vector<float> initial,
+                                      const common::Deadline& deadline, std::vector<double> initial_wide) {
   std::unique_lock lock(mutex_);
   if (r.workers != static_cast<uint32_t>(workers_))
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " says the job has " +
@@ -45,16 +52,25 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
     throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " registered optimizer " +
                                std::to_string(static_cast<uint32_t>(r.optimizer)) +
                                ", which this server does not know (a worker of a newer hora?)");
-  if (r.mode == Mode::kAsync) checkInitial(worker, r, initial.size());
+  if (r.wide_elements > r.shard_elements || (r.fp16 && r.wide_elements != 0))
+    throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " registered " +
+                               std::to_string(r.wide_elements) + " float64 elements of a shard of " +
+                               std::to_string(r.shard_elements) + (r.fp16 ? " with fp16 compression" : ""));
+  if (r.mode == Mode::kAsync) checkInitial(worker, r, initial.size(), initial_wide.size());
   if (!config_) {
     config_ = r;
-    sum_.assign(r.shard_elements, 0.0f);
+    wide_.sum.assign(r.wide_elements, 0.0);
+    narrow_.sum.assign(r.shard_elements - r.wide_elements, 0.0f);
   } else if (auto why = registrationDifference(*config_, r); !why.empty()) {
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " registered " + why);
   }
   if (r.mode == Mode::kSync) return {};
   if (worker == 0) {
-    initialize(r, std::move(initial));
+    initialize(wide_, r, r.wide_elements, std::move(initial_wide));
+    initialize(narrow_, r, r.shard_elements - r.wide_elements, std::move(initial));
+    // NAdam's product of momenta is a function of the step: the workers' optimizers do not send it.
+    if (r.optimizer == Optimizer::kNadam) nadam_product_ = nadamMomentumProduct(r.beta1, r.lr_decay, step_base_);
+    initialized_ = true;
     changed_.notify_all();
   }
   // Every worker starts from worker 0's parameters, so wait for them.
@@ -62,55 +78,57 @@ std::vector<float> ShardState::registerWorker(int worker, const Registration& r,
     throw TimeoutError(name_ + ": worker " + std::to_string(worker) + " waited " +
                        std::to_string(deadline.timeout().count()) +
                        " ms for worker 0 to register its initial parameters");
-  return params_;
+  return {wide_.params, narrow_.params};
 }
 
-void ShardState::checkInitial(int worker, const Registration& r, size_t values) const {
+void ShardState::checkInitial(int worker, const Registration& r, size_t values, size_t wide_values) const {
   const uint32_t slots = slotsOf(r.optimizer, r.centered != 0);
   if (r.slots != 0 && r.slots != slots)
     throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " sent " + std::to_string(r.slots) +
                                " optimizer slots; " + toString(r.optimizer) + " keeps " + std::to_string(slots));
-  if (values != r.shard_elements * (1 + r.slots))
+  const uint64_t narrow = r.shard_elements - r.wide_elements;
+  if (values != narrow * (1 + r.slots) || wide_values != r.wide_elements * (1 + r.slots))
     throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) + " sent " + std::to_string(values) +
-                               " initial values for a shard of " + std::to_string(r.shard_elements) + " and " +
-                               std::to_string(r.slots) + " optimizer slots");
+                               " float32 and " + std::to_string(wide_values) +
+                               " float64 initial values for a shard of " +
+                               std::to_string(narrow) + " float32 and " + std::to_string(r.wide_elements) +
+                               " float64 elements and " + std::to_string(r.slots) + " optimizer slots");
 }
 
-void ShardState::initialize(const Registration& r, std::vector<float> initial) {
-  const size_t n = r.shard_elements;
-  velocity_.assign(n, 0.0f);
+template <typename T>
+void ShardState::initialize(Region<T>& x, const Registration& r, size_t n, std::vector<T> initial) {
+  x.velocity.assign(n, T(0));
   if (r.optimizer != Optimizer::kSgd) {
     const bool adagrad = r.optimizer == Optimizer::kAdagrad;
-    second_moment_.assign(n, adagrad ? static_cast<float>(r.initial_accumulator) : 0.0f);
+    x.second_moment.assign(n, adagrad ? static_cast<T>(r.initial_accumulator) : T(0));
   }
-  if (r.optimizer == Optimizer::kRmsprop && r.centered) mean_gradient_.assign(n, 0.0f);
+  if (r.optimizer == Optimizer::kRmsprop && r.centered) x.mean_gradient.assign(n, T(0));
   if (r.slots != 0) {
     auto from = initial.begin() + static_cast<std::ptrdiff_t>(n);
-    for (auto slot : slots()) {
-      std::copy(from, from + static_cast<std::ptrdiff_t>(n), (this->*slot).begin());
+    for (auto slot : slots<T>()) {
+      std::copy(from, from + static_cast<std::ptrdiff_t>(n), (x.*slot).begin());
       from += static_cast<std::ptrdiff_t>(n);
     }
     step_base_ = r.optimizer_step;
   }
-  // NAdam's product of momenta is a function of the step: the workers' optimizers do not send it.
-  if (r.optimizer == Optimizer::kNadam) nadam_product_ = nadamMomentumProduct(r.beta1, r.lr_decay, step_base_);
   initial.resize(n);
-  params_ = std::move(initial);
-  initialized_ = true;
+  x.params = std::move(initial);
 }
 
-std::vector<std::vector<float> ShardState::*> ShardState::slots() const {
+template <typename T>
+std::vector<std::vector<T> Region<T>::*> ShardState::slots() const {
+  using R = Region<T>;
   switch (config_->optimizer) {
-    case Optimizer::kSgd: return {&ShardState::velocity_};
-    case Optimizer::kAdam: return {&ShardState::velocity_, &ShardState::second_moment_};
-    case Optimizer::kAdagrad: return {&ShardState::second_moment_};
+    case Optimizer::kSgd: return {&R::velocity};
+    case Optimizer::kAdam: return {&R::velocity, &R::second_moment};
+    case Optimizer::kAdagrad: return {&R::second_moment};
     case Optimizer::kRmsprop:
-      if (config_->centered) return {&ShardState::velocity_, &ShardState::second_moment_, &ShardState::mean_gradient_};
-      return {&ShardState::velocity_, &ShardState::second_moment_};
-    case Optimizer::kAdamax: return {&ShardState::velocity_, &ShardState::second_moment_};
-    case Optimizer::kAdadelta: return {&ShardState::second_moment_, &ShardState::velocity_};
+      if (config_->centered) return {&R::velocity, &R::second_moment, &R::mean_gradient};
+      return {&R::velocity, &R::second_moment};
+    case Optimizer::kAdamax: return {&R::velocity, &R::second_moment};
+    case Optimizer::kAdadelta: return {&R::second_moment, &R::velocity};
     case Optimizer::kNadam:
-    case Optimizer::kRadam: return {&ShardState::velocity_, &ShardState::second_moment_};
+    case Optimizer::kRadam: return {&R::velocity, &R::second_moment};
   }
   return {};
 }
@@ -121,25 +139,28 @@ OptimizerState ShardState::optimizerState(int worker) const {
     throw InvalidArgumentError(name_ + ": worker " + std::to_string(worker) +
                                " asked for the optimizer's state, which only a ps-async server that has "
                                "registered its workers holds");
-  OptimizerState state{step_base_ + applied_, {}};
-  for (auto slot : slots()) state.slots.insert(state.slots.end(), (this->*slot).begin(), (this->*slot).end());
+  OptimizerState state{step_base_ + applied_, {}, {}};
+  for (auto slot : slots<float>())
+    state.slots.insert(state.slots.end(), (narrow_.*slot).begin(), (narrow_.*slot).end());
+  for (auto slot : slots<double>())
+    state.wide_slots.insert(state.wide_slots.end(), (wide_.*slot).begin(), (wide_.*slot).end());
   return state;
 }
 
 ReplyData ShardState::push(int worker, uint64_t step, const float* gradient, const SgdStep& sgd,
-                           const common::Deadline& deadline) {
+                           const common::Deadline& deadline, const double* wide_gradient) {
   std::unique_lock lock(mutex_);
   if (!config_) throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed before registering");
   checkFailed();
   if (step != steps_[static_cast<size_t>(worker)] + 1)
     throw MismatchError(name_ + ": worker " + std::to_string(worker) + " pushed step " + std::to_string(step) +
                         " after step " + std::to_string(steps_[static_cast<size_t>(worker)]));
-  return config_->mode == Mode::kSync ? pushSync(lock, worker, step, gradient, deadline)
-                                      : pushAsync(lock, worker, step, gradient, sgd, deadline);
+  return config_->mode == Mode::kSync ? pushSync(lock, worker, step, gradient, wide_gradient, deadline)
+                                      : pushAsync(lock, worker, step, gradient, wide_gradient, sgd, deadline);
 }
 
 ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
-                               const common::Deadline& deadline) {
+                               const double* wide_g, const common::Deadline& deadline) {
   // A worker's push of step t comes after its reply of step t-1, so the round being summed is t
   // (Note [sync rounds]).
   if (step != round_)
@@ -152,19 +173,12 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
       throw PeerError(name_ + ": worker " + std::to_string(w) + " left after step " +
                       std::to_string(steps_[static_cast<size_t>(w)]) + "; a ps-sync step needs every worker");
   }
-  if (arrived_ == 0) {
-    std::copy(g, g + sum_.size(), sum_.begin());  // 0 + g, without a pass to zero the sum first
-  } else {
-    for (size_t i = 0; i < sum_.size(); ++i) sum_[i] += g[i];
-  }
+  addToRound(wide_, wide_g);
+  addToRound(narrow_, g);
   steps_[static_cast<size_t>(worker)] = step;
   if (++arrived_ == workers_) {
-    result_.swap(sum_);
-    if (config_->average) {
-      const float n = static_cast<float>(workers_);
-      for (float& v : result_) v /= n;  // divide, as the allreduce's Average of float32 does
-    }
-    sum_.resize(result_.size());  // (the first round's result_ was empty)
+    completeRound(wide_);
+    completeRound(narrow_);
     arrived_ = 0;
     ++round_;
     changed_.notify_all();
@@ -173,22 +187,35 @@ ReplyData ShardState::pushSync(std::unique_lock<std::mutex>& lock, int worker, u
     throw TimeoutError(name_ + ": step " + std::to_string(step) + " of worker " + std::to_string(worker) +
                        " waited " + std::to_string(deadline.timeout().count()) + " ms for " + workersBehind(step));
   if (round_ <= step) checkFailed();
-  return {result_, step, slowestLive(), step};
+  return {narrow_.result, wide_.result, step, slowestLive(), step};
+}
+
+template <typename T>
+void ShardState::addToRound(Region<T>& x, const T* g) const {
+  if (arrived_ == 0) {
+    std::copy(g, g + x.sum.size(), x.sum.begin());  // 0 + g, without a pass to zero the sum first
+  } else {
+    for (size_t i = 0; i < x.sum.size(); ++i) x.sum[i] += g[i];
+  }
+}
+
+template <typename T>
+void ShardState::completeRound(Region<T>& x) const {
+  x.result.swap(x.sum);
+  if (config_->average) {
+    const T n = static_cast<T>(workers_);
+    for (T& v : x.result) v /= n;  // divide, as the allreduce's Average does
+  }
+  x.sum.resize(x.result.size());  // (the first round's result was empty)
 }
 
 ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, uint64_t step, const float* g,
-                                const SgdStep& sgd, const common::Deadline& deadline) {
-  g = applyWeightDecay(g, sgd.lr);
-  switch (config_->optimizer) {
-    case Optimizer::kSgd: applySgd(g, sgd); break;
-    case Optimizer::kAdam: applyAdam(g, sgd.lr); break;
-    case Optimizer::kAdagrad: applyAdagrad(g, sgd.lr); break;
-    case Optimizer::kRmsprop: applyRmsprop(g, sgd); break;
-    case Optimizer::kAdamax: applyAdamax(g, sgd.lr); break;
-    case Optimizer::kAdadelta: applyAdadelta(g, sgd.lr); break;
-    case Optimizer::kNadam: applyNadam(g, sgd.lr); break;
-    case Optimizer::kRadam: applyRadam(g, sgd.lr); break;
-  }
+                                const double* wide_g, const SgdStep& sgd, const common::Deadline& deadline) {
+  applyOptimizer(wide_, applyWeightDecay(wide_, wide_g, sgd.lr), sgd);
+  applyOptimizer(narrow_, applyWeightDecay(narrow_, g, sgd.lr), sgd);
+  // NAdam's product of momenta advances once per push, after both regions used u_t (applyNadam).
+  if (config_->optimizer == Optimizer::kNadam)
+    nadam_product_ *= nadamMomentum(config_->beta1, config_->lr_decay, step_base_ + applied_ + 1);
   steps_[static_cast<size_t>(worker)] = step;
   const uint64_t version = ++applied_;
   changed_.notify_all();
@@ -200,179 +227,208 @@ ReplyData ShardState::pushAsync(std::unique_lock<std::mutex>& lock, int worker, 
                          " (max_staleness " + std::to_string(s) + ") waited " +
                          std::to_string(deadline.timeout().count()) + " ms for " + workersBehind(need));
   }
-  auto& reply = replies_[static_cast<size_t>(worker)];
-  reply.assign(params_.begin(), params_.end());  // the same size every step: no allocation after the first
-  return {reply, step, slowestLive(), version};
+  // The same size every step: no allocation after the first.
+  auto& narrow = narrow_.replies[static_cast<size_t>(worker)];
+  narrow.assign(narrow_.params.begin(), narrow_.params.end());
+  auto& wide = wide_.replies[static_cast<size_t>(worker)];
+  wide.assign(wide_.params.begin(), wide_.params.end());
+  return {narrow, wide, step, slowestLive(), version};
 }
 
-const float* ShardState::applyWeightDecay(const float* g, float lr) {
-  const auto wd = static_cast<float>(config_->weight_decay);
+template <typename T>
+const T* ShardState::applyWeightDecay(Region<T>& x, const T* g, double lr_value) {
+  const auto wd = static_cast<T>(config_->weight_decay);
   if (wd == 0) return g;
+  const auto lr = static_cast<T>(lr_value);
   if (config_->decoupled_weight_decay) {
-    const float keep = 1 - lr * wd;  // torch's AdamW: p *= 1 - lr wd (Keras: p -= p wd lr)
-    for (float& p : params_) p *= keep;
+    const T keep = 1 - lr * wd;  // torch's AdamW: p *= 1 - lr wd (Keras: p -= p wd lr)
+    for (T& p : x.params) p *= keep;
     return g;
   }
-  decayed_.resize(params_.size());
-  for (size_t i = 0; i < params_.size(); ++i) decayed_[i] = g[i] + wd * params_[i];
-  return decayed_.data();
+  x.decayed.resize(x.params.size());
+  for (size_t i = 0; i < x.params.size(); ++i) x.decayed[i] = g[i] + wd * x.params[i];
+  return x.decayed.data();
 }
 
-void ShardState::applySgd(const float* g, const SgdStep& sgd) {
-  const float lr = sgd.lr, m = sgd.momentum;
+template <typename T>
+void ShardState::applyOptimizer(Region<T>& x, const T* g, const SgdStep& sgd) {
+  switch (config_->optimizer) {
+    case Optimizer::kSgd: applySgd(x, g, sgd); break;
+    case Optimizer::kAdam: applyAdam(x, g, sgd.lr); break;
+    case Optimizer::kAdagrad: applyAdagrad(x, g, sgd.lr); break;
+    case Optimizer::kRmsprop: applyRmsprop(x, g, sgd); break;
+    case Optimizer::kAdamax: applyAdamax(x, g, sgd.lr); break;
+    case Optimizer::kAdadelta: applyAdadelta(x, g, sgd.lr); break;
+    case Optimizer::kNadam: applyNadam(x, g, sgd.lr); break;
+    case Optimizer::kRadam: applyRadam(x, g, sgd.lr); break;
+  }
+}
+
+template <typename T>
+void ShardState::applySgd(Region<T>& x, const T* g, const SgdStep& sgd) {
+  const auto lr = static_cast<T>(sgd.lr), m = static_cast<T>(sgd.momentum);
   if (config_->keras_form) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      velocity_[i] = m * velocity_[i] - lr * g[i];
-      params_[i] += velocity_[i];
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      x.velocity[i] = m * x.velocity[i] - lr * g[i];
+      x.params[i] += x.velocity[i];
     }
   } else {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      velocity_[i] = m * velocity_[i] + g[i];
-      params_[i] -= lr * velocity_[i];
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      x.velocity[i] = m * x.velocity[i] + g[i];
+      x.params[i] -= lr * x.velocity[i];
     }
   }
 }
 
-void ShardState::applyAdam(const float* g, float lr) {
+template <typename T>
+void ShardState::applyAdam(Region<T>& x, const T* g, double lr) {
   // As torch.optim.Adam and Keras' Adam compute it (no amsgrad; weight decay came before), with t the
   // server's count of applied pushes (after the registered optimizer_step): every push is one step of
   // the server's optimizer.
   const double t = static_cast<double>(step_base_ + applied_ + 1);
-  const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
-  const auto eps = static_cast<float>(config_->epsilon);
+  const auto b1 = static_cast<T>(config_->beta1), b2 = static_cast<T>(config_->beta2);
+  const auto eps = static_cast<T>(config_->epsilon);
   const double correction1 = 1.0 - std::pow(config_->beta1, t), correction2 = 1.0 - std::pow(config_->beta2, t);
   if (config_->keras_form) {
-    const auto alpha = static_cast<float>(lr * std::sqrt(correction2) / correction1);
-    for (size_t i = 0; i < params_.size(); ++i) {
-      velocity_[i] += (g[i] - velocity_[i]) * (1 - b1);
-      second_moment_[i] += (g[i] * g[i] - second_moment_[i]) * (1 - b2);
-      params_[i] -= alpha * velocity_[i] / (std::sqrt(second_moment_[i]) + eps);
+    const auto alpha = static_cast<T>(lr * std::sqrt(correction2) / correction1);
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      x.velocity[i] += (g[i] - x.velocity[i]) * (1 - b1);
+      x.second_moment[i] += (g[i] * g[i] - x.second_moment[i]) * (1 - b2);
+      x.params[i] -= alpha * x.velocity[i] / (std::sqrt(x.second_moment[i]) + eps);
     }
   } else {
-    const auto step_size = static_cast<float>(lr / correction1);
-    const auto root_correction2 = static_cast<float>(std::sqrt(correction2));
-    for (size_t i = 0; i < params_.size(); ++i) {
-      velocity_[i] = b1 * velocity_[i] + (1 - b1) * g[i];
-      second_moment_[i] = b2 * second_moment_[i] + (1 - b2) * g[i] * g[i];
-      params_[i] -= step_size * velocity_[i] / (std::sqrt(second_moment_[i]) / root_correction2 + eps);
+    const auto step_size = static_cast<T>(lr / correction1);
+    const auto root_correction2 = static_cast<T>(std::sqrt(correction2));
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      x.velocity[i] = b1 * x.velocity[i] + (1 - b1) * g[i];
+      x.second_moment[i] = b2 * x.second_moment[i] + (1 - b2) * g[i] * g[i];
+      x.params[i] -= step_size * x.velocity[i] / (std::sqrt(x.second_moment[i]) / root_correction2 + eps);
     }
   }
 }
 
-void ShardState::applyAdagrad(const float* g, float lr) {
+template <typename T>
+void ShardState::applyAdagrad(Region<T>& x, const T* g, double lr) {
   // As torch.optim.Adagrad computes it (epsilon added to the root; the lr decays with the step t,
   // here the server's count of applied pushes) or Keras' Adagrad (epsilon inside the root, no
   // decay: lr_decay is 0). No weight decay. Keras 2's legacy Adagrad is torch's form (hora.keras
   // registers it so).
   const double t = static_cast<double>(step_base_ + applied_ + 1);
-  const auto clr = static_cast<float>(lr / (1.0 + (t - 1.0) * config_->lr_decay));
-  const auto eps = static_cast<float>(config_->epsilon);
+  const auto clr = static_cast<T>(lr / (1.0 + (t - 1.0) * config_->lr_decay));
+  const auto eps = static_cast<T>(config_->epsilon);
   if (config_->keras_form) {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      second_moment_[i] += g[i] * g[i];
-      params_[i] -= clr * g[i] / std::sqrt(second_moment_[i] + eps);
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      x.second_moment[i] += g[i] * g[i];
+      x.params[i] -= clr * g[i] / std::sqrt(x.second_moment[i] + eps);
     }
   } else {
-    for (size_t i = 0; i < params_.size(); ++i) {
-      second_moment_[i] += g[i] * g[i];
-      params_[i] -= clr * g[i] / (std::sqrt(second_moment_[i]) + eps);
+    for (size_t i = 0; i < x.params.size(); ++i) {
+      x.second_moment[i] += g[i] * g[i];
+      x.params[i] -= clr * g[i] / (std::sqrt(x.second_moment[i]) + eps);
     }
   }
 }
 
-void ShardState::applyRmsprop(const float* g, const SgdStep& sgd) {
+template <typename T>
+void ShardState::applyRmsprop(Region<T>& x, const T* g, const SgdStep& sgd) {
   // As torch.optim.RMSprop computes it (epsilon added to the root; the momentum buffer holds
   // g / root, the lr applied after it) or Keras' RMSprop (epsilon inside the root; the buffer holds
   // lr g / root, so a schedule's lr enters it). No weight decay. With momentum 0 the buffer is
   // this step's update alone, what both do without one. Keras 2's legacy RMSprop without a
   // momentum slot is torch's form (hora.keras registers it so).
-  const float lr = sgd.lr, m = sgd.momentum;
-  const auto a = static_cast<float>(config_->beta2), eps = static_cast<float>(config_->epsilon);
+  const auto lr = static_cast<T>(sgd.lr), m = static_cast<T>(sgd.momentum);
+  const auto a = static_cast<T>(config_->beta2), eps = static_cast<T>(config_->epsilon);
   const bool centered = config_->centered != 0, keras = config_->keras_form != 0;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    second_moment_[i] = a * second_moment_[i] + (1 - a) * g[i] * g[i];
-    float square = second_moment_[i];
+  for (size_t i = 0; i < x.params.size(); ++i) {
+    x.second_moment[i] = a * x.second_moment[i] + (1 - a) * g[i] * g[i];
+    T square = x.second_moment[i];
     if (centered) {
-      mean_gradient_[i] = a * mean_gradient_[i] + (1 - a) * g[i];
-      square -= mean_gradient_[i] * mean_gradient_[i];  // the variance's estimate
+      x.mean_gradient[i] = a * x.mean_gradient[i] + (1 - a) * g[i];
+      square -= x.mean_gradient[i] * x.mean_gradient[i];  // the variance's estimate
     }
     if (keras) {
-      velocity_[i] = m * velocity_[i] + lr * g[i] / std::sqrt(square + eps);
-      params_[i] -= velocity_[i];
+      x.velocity[i] = m * x.velocity[i] + lr * g[i] / std::sqrt(square + eps);
+      x.params[i] -= x.velocity[i];
     } else {
-      velocity_[i] = m * velocity_[i] + g[i] / (std::sqrt(square) + eps);
-      params_[i] -= lr * velocity_[i];
+      x.velocity[i] = m * x.velocity[i] + g[i] / (std::sqrt(square) + eps);
+      x.params[i] -= lr * x.velocity[i];
     }
   }
 }
 
-void ShardState::applyAdamax(const float* g, float lr) {
+template <typename T>
+void ShardState::applyAdamax(Region<T>& x, const T* g, double lr) {
   // As torch.optim.Adamax: m = b1 m + (1 - b1) g; u = max(b2 u, |g| + eps); p -= lr / (1 - b1^t) m / u.
   // Keras' Adamax keeps epsilon out of the norm: u = max(b2 u, |g|); p -= lr / (1 - b1^t) m / (u + eps).
   const double t = static_cast<double>(step_base_ + applied_ + 1);
-  const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
-  const auto eps = static_cast<float>(config_->epsilon);
-  const auto clr = static_cast<float>(lr / (1.0 - std::pow(config_->beta1, t)));
-  const float inside = config_->keras_form ? 0.0f : eps, outside = config_->keras_form ? eps : 0.0f;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    velocity_[i] += (g[i] - velocity_[i]) * (1 - b1);
-    second_moment_[i] = std::max(b2 * second_moment_[i], std::abs(g[i]) + inside);
-    params_[i] -= clr * velocity_[i] / (second_moment_[i] + outside);
+  const auto b1 = static_cast<T>(config_->beta1), b2 = static_cast<T>(config_->beta2);
+  const auto eps = static_cast<T>(config_->epsilon);
+  const auto clr = static_cast<T>(lr / (1.0 - std::pow(config_->beta1, t)));
+  const T inside = config_->keras_form ? T(0) : eps, outside = config_->keras_form ? eps : T(0);
+  for (size_t i = 0; i < x.params.size(); ++i) {
+    x.velocity[i] += (g[i] - x.velocity[i]) * (1 - b1);
+    x.second_moment[i] = std::max(b2 * x.second_moment[i], std::abs(g[i]) + inside);
+    x.params[i] -= clr * x.velocity[i] / (x.second_moment[i] + outside);
   }
 }
 
-void ShardState::applyAdadelta(const float* g, float lr) {
+template <typename T>
+void ShardState::applyAdadelta(Region<T>& x, const T* g, double lr) {
   // As torch.optim.Adadelta and Keras' Adadelta compute it (r = beta2, their rho): q = r q + (1 - r)
   // g^2; d = sqrt(a + eps) / sqrt(q + eps) g; a = r a + (1 - r) d^2; p -= lr d.
-  const auto r = static_cast<float>(config_->beta2), eps = static_cast<float>(config_->epsilon);
-  for (size_t i = 0; i < params_.size(); ++i) {
-    second_moment_[i] = r * second_moment_[i] + (1 - r) * g[i] * g[i];
-    const float delta = std::sqrt(velocity_[i] + eps) / std::sqrt(second_moment_[i] + eps) * g[i];
-    velocity_[i] = r * velocity_[i] + (1 - r) * delta * delta;
-    params_[i] -= lr * delta;
+  const auto r = static_cast<T>(config_->beta2), eps = static_cast<T>(config_->epsilon);
+  const auto step = static_cast<T>(lr);
+  for (size_t i = 0; i < x.params.size(); ++i) {
+    x.second_moment[i] = r * x.second_moment[i] + (1 - r) * g[i] * g[i];
+    const T delta = std::sqrt(x.velocity[i] + eps) / std::sqrt(x.second_moment[i] + eps) * g[i];
+    x.velocity[i] = r * x.velocity[i] + (1 - r) * delta * delta;
+    x.params[i] -= step * delta;
   }
 }
 
-void ShardState::applyNadam(const float* g, float lr) {
+template <typename T>
+void ShardState::applyNadam(Region<T>& x, const T* g, double lr) {
   // As torch.optim.NAdam and Keras' Nadam compute it (Note at the top of shard_state.h), t the
-  // server's step; the momenta and their product in double.
+  // server's step; the momenta and their product in double (pushAsync advances nadam_product_ to
+  // `product` once both regions are done).
   const uint64_t t = step_base_ + applied_ + 1;
   const double u = nadamMomentum(config_->beta1, config_->lr_decay, t);
   const double u_next = nadamMomentum(config_->beta1, config_->lr_decay, t + 1);
-  nadam_product_ *= u;
-  const double product_next = nadam_product_ * (config_->nadam_twice ? u : 1.0) * u_next;
-  const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
-  const auto eps = static_cast<float>(config_->epsilon);
-  const auto root_correction2 = static_cast<float>(std::sqrt(1.0 - std::pow(config_->beta2, static_cast<double>(t))));
-  const auto gradient_step = static_cast<float>(lr * (1.0 - u) / (1.0 - nadam_product_));
-  const auto moment_step = static_cast<float>(lr * u_next / (1.0 - product_next));
-  for (size_t i = 0; i < params_.size(); ++i) {
-    velocity_[i] = b1 * velocity_[i] + (1 - b1) * g[i];
-    second_moment_[i] = b2 * second_moment_[i] + (1 - b2) * g[i] * g[i];
-    const float denominator = std::sqrt(second_moment_[i]) / root_correction2 + eps;
-    params_[i] -= (gradient_step * g[i] + moment_step * velocity_[i]) / denominator;
+  const double product = nadam_product_ * u;
+  const double product_next = product * (config_->nadam_twice ? u : 1.0) * u_next;
+  const auto b1 = static_cast<T>(config_->beta1), b2 = static_cast<T>(config_->beta2);
+  const auto eps = static_cast<T>(config_->epsilon);
+  const auto root_correction2 = static_cast<T>(std::sqrt(1.0 - std::pow(config_->beta2, static_cast<double>(t))));
+  const auto gradient_step = static_cast<T>(lr * (1.0 - u) / (1.0 - product));
+  const auto moment_step = static_cast<T>(lr * u_next / (1.0 - product_next));
+  for (size_t i = 0; i < x.params.size(); ++i) {
+    x.velocity[i] = b1 * x.velocity[i] + (1 - b1) * g[i];
+    x.second_moment[i] = b2 * x.second_moment[i] + (1 - b2) * g[i] * g[i];
+    const T denominator = std::sqrt(x.second_moment[i]) / root_correction2 + eps;
+    x.params[i] -= (gradient_step * g[i] + moment_step * x.velocity[i]) / denominator;
   }
 }
 
-void ShardState::applyRadam(const float* g, float lr) {
+template <typename T>
+void ShardState::applyRadam(Region<T>& x, const T* g, double lr) {
   // As torch.optim.RAdam computes it (Note at the top of shard_state.h), t the server's step.
   const auto t = static_cast<double>(step_base_ + applied_ + 1);
   const double b2_power = std::pow(config_->beta2, t);
   const double correction1 = 1.0 - std::pow(config_->beta1, t), correction2 = 1.0 - b2_power;
   const double rho_inf = 2.0 / (1.0 - config_->beta2) - 1.0;
   const double rho_t = rho_inf - 2.0 * t * b2_power / correction2;
-  const auto b1 = static_cast<float>(config_->beta1), b2 = static_cast<float>(config_->beta2);
-  const auto eps = static_cast<float>(config_->epsilon);
-  const auto step_size = static_cast<float>(lr / correction1);
+  const auto b1 = static_cast<T>(config_->beta1), b2 = static_cast<T>(config_->beta2);
+  const auto eps = static_cast<T>(config_->epsilon);
+  const auto step_size = static_cast<T>(lr / correction1);
   const bool rectified = rho_t > 5.0;  // the variance is tractable: adapt; else plain momentum
-  const auto adaptive = rectified ? static_cast<float>(std::sqrt(correction2 * (rho_t - 4) * (rho_t - 2) * rho_inf /
+  const auto adaptive = rectified ? static_cast<T>(std::sqrt(correction2 * (rho_t - 4) * (rho_t - 2) * rho_inf /
                                                                  ((rho_inf - 4) * (rho_inf - 2) * rho_t)))
-                                  : 0.0f;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    velocity_[i] = b1 * velocity_[i] + (1 - b1) * g[i];
-    second_moment_[i] = b2 * second_moment_[i] + (1 - b2) * g[i] * g[i];
-    const float update = step_size * velocity_[i];
-    params_[i] -= rectified ? update * adaptive / (std::sqrt(second_moment_[i]) + eps) : update;
+                                  : T(0);
+  for (size_t i = 0; i < x.params.size(); ++i) {
+    x.velocity[i] = b1 * x.velocity[i] + (1 - b1) * g[i];
+    x.second_moment[i] = b2 * x.second_moment[i] + (1 - b2) * g[i] * g[i];
+    const T update = step_size * x.velocity[i];
+    x.params[i] -= rectified ? update * adaptive / (std::sqrt(x.second_moment[i]) + eps) : update;
   }
 }
 

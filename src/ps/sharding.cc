@@ -1,6 +1,7 @@
 #include "ps/sharding.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 
 #include "hora/errors.h"
@@ -13,10 +14,31 @@ size_t ShardPlan::shardElements(size_t server) const {
   return n;
 }
 
-ShardPlan planShards(const std::vector<size_t>& tensor_elements, int servers) {
+ShardLayout ShardPlan::layout(size_t server) const {
+  ShardLayout layout;
+  for (const Piece& p : servers.at(server)) (p.wide ? layout.wide : layout.narrow) += p.count;
+  return layout;
+}
+
+size_t ShardLayout::byteOf(size_t element) const {
+  if (element <= wide) return element * sizeof(double);
+  return wide * sizeof(double) + (element - wide) * sizeof(float);
+}
+
+size_t ShardLayout::elementAt(size_t byte) const {
+  const size_t wide_bytes = wide * sizeof(double);
+  const size_t element = byte <= wide_bytes ? byte / sizeof(double) : wide + (byte - wide_bytes) / sizeof(float);
+  return element <= elements() && byteOf(element) == byte ? element : SIZE_MAX;
+}
+
+ShardPlan planShards(const std::vector<size_t>& tensor_elements, int servers, const std::vector<PsDtype>& dtypes) {
   if (servers < 1) throw InvalidArgumentError("parameter servers: need at least 1 server, got " + std::to_string(servers));
   const size_t k = static_cast<size_t>(servers);
   const size_t total = std::accumulate(tensor_elements.begin(), tensor_elements.end(), size_t{0});
+  if (!dtypes.empty() && dtypes.size() != tensor_elements.size())
+    throw InvalidArgumentError("parameter servers: " + std::to_string(dtypes.size()) + " dtypes for " +
+                               std::to_string(tensor_elements.size()) + " tensors");
+  const auto wide = [&](size_t t) { return !dtypes.empty() && dtypes[t] == PsDtype::kFloat64; };
   ShardPlan plan;
   plan.servers.resize(k);
   std::vector<size_t> load(k, 0);
@@ -32,24 +54,26 @@ ShardPlan planShards(const std::vector<size_t>& tensor_elements, int servers) {
       size_t offset = 0;
       for (size_t s = 0; s < k; ++s) {
         const size_t count = n / k + (s < n % k ? 1 : 0);
-        if (count > 0) plan.servers[s].push_back({t, offset, count});
+        if (count > 0) plan.servers[s].push_back({t, offset, count, wide(t)});
         load[s] += count;
         offset += count;
       }
       continue;
     }
     const size_t s = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
-    plan.servers[s].push_back({t, 0, n});
+    plan.servers[s].push_back({t, 0, n, wide(t)});
     load[s] += n;
   }
   // Last registered first: a backward pass produces gradients in about the reverse of the
   // forward's order, so a shard's prefix is ready early (Note [overlapped pushes], client.cc).
+  // float64 pieces before float32 ones (ShardLayout).
   for (auto& pieces : plan.servers)
-    std::sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.tensor > b.tensor; });
+    std::sort(pieces.begin(), pieces.end(),
+              [](const Piece& a, const Piece& b) { return a.wide != b.wide ? a.wide : a.tensor > b.tensor; });
   return plan;
 }
 
-uint64_t layoutHash(const std::vector<size_t>& tensor_elements) {
+uint64_t layoutHash(const std::vector<size_t>& tensor_elements, const std::vector<PsDtype>& dtypes) {
   uint64_t h = 1469598103934665603ull;
   const auto mix = [&h](uint64_t v) {
     for (int i = 0; i < 8; ++i) {
@@ -59,6 +83,9 @@ uint64_t layoutHash(const std::vector<size_t>& tensor_elements) {
   };
   mix(tensor_elements.size());
   for (size_t n : tensor_elements) mix(n);
+  // float64 tensors only, so that an all-float32 list hashes as it did before dtypes existed.
+  for (size_t t = 0; t < dtypes.size(); ++t)
+    if (dtypes[t] == PsDtype::kFloat64) mix(t);
   return h;
 }
 

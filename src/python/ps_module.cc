@@ -1,5 +1,6 @@
 // hora._core.PsClient: a worker's ParameterServerClient (include/hora/ps.h) for the Python
-// frontends; tensors cross as data pointers of contiguous float32 buffers, as in module.cc.
+// frontends; tensors cross as data pointers of contiguous float32 or float64 buffers (each of its
+// tensor's registered dtype), as in module.cc.
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -27,9 +28,20 @@ std::vector<T*> pointers(const std::vector<uintptr_t>& addresses) {
 // A PsOptimizerState's buffers as Python passes them: addresses by slot, then by tensor.
 using SlotAddresses = std::vector<std::vector<uintptr_t>>;
 
-std::vector<std::vector<float*>> slotPointers(const SlotAddresses& slots) {
-  std::vector<std::vector<float*>> out;
-  for (const auto& slot : slots) out.push_back(pointers<float>(slot));
+std::vector<std::vector<void*>> slotPointers(const SlotAddresses& slots) {
+  std::vector<std::vector<void*>> out;
+  for (const auto& slot : slots) out.push_back(pointers<void>(slot));
+  return out;
+}
+
+// "float32" | "float64" by tensor, as PsOptions::dtypes.
+std::vector<hora::PsDtype> psDtypes(const std::vector<std::string>& names) {
+  std::vector<hora::PsDtype> out;
+  for (const std::string& name : names) {
+    if (name != "float32" && name != "float64")
+      throw hora::InvalidArgumentError("parameter server tensor dtype '" + name + "': expected float32 or float64");
+    out.push_back(name == "float64" ? hora::PsDtype::kFloat64 : hora::PsDtype::kFloat32);
+  }
   return out;
 }
 
@@ -93,9 +105,11 @@ std::unique_ptr<hora::ParameterServerClient> connect(const std::vector<size_t>& 
                                                      bool average, int64_t max_staleness,
                                                      const std::vector<uintptr_t>& initial, const py::dict& optimizer,
                                                      bool fp16, const py::object& place,
-                                                     const py::object& initial_state) {
+                                                     const py::object& initial_state,
+                                                     const std::vector<std::string>& dtypes) {
   hora::PsOptions options = psOptions(mode, average, max_staleness, optimizer);
   options.fp16 = fp16;
+  options.dtypes = psDtypes(dtypes);
   std::optional<hora::PsOptimizerState> state;
   if (!initial_state.is_none()) {
     const auto [step, slots] = initial_state.cast<std::tuple<uint64_t, SlotAddresses>>();
@@ -107,7 +121,7 @@ std::unique_ptr<hora::ParameterServerClient> connect(const std::vector<size_t>& 
     job = job.inGeneration(generation, worker, workers);
   }
   py::gil_scoped_release release;
-  return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<float>(initial),
+  return std::make_unique<hora::ParameterServerClient>(job, elements, options, pointers<void>(initial),
                                                        state ? &*state : nullptr);
 }
 
@@ -124,7 +138,8 @@ void bindJobFunctions(py::module_& m) {
 constexpr const char* kConnectDoc =
     "Connects this worker to every parameter server of the job (HORA_PS_SERVERS), or with `place` = "
     "(generation, rank, size) of an elastic job to that generation's servers, and registers "
-    "float32 tensors of these element counts; ps-async overwrites `initial` with the servers' parameters "
+    "tensors of these element counts and `dtypes` ('float32' or 'float64' by tensor; empty: all float32); "
+    "ps-async overwrites `initial` with the servers' parameters "
     "and applies pushes with `optimizer` ({'name': 'sgd' | 'adam' | 'adagrad' | 'rmsprop' | 'adamax' | "
     "'adadelta' | 'nadam' | 'radam', 'lr', 'momentum', 'beta1', 'beta2', 'epsilon', 'rho', 'centered', "
     "'lr_decay', 'initial_accumulator_value', 'momentum_decay', 'nadam_torch1_form', 'weight_decay', "
@@ -139,13 +154,14 @@ void bindParameterServers(py::module_& m) {
            py::arg("elements"), py::arg("mode"), py::arg("average") = true, py::arg("max_staleness") = -1,
            py::arg("initial") = std::vector<uintptr_t>{}, py::arg("optimizer") = py::dict(), py::arg("fp16") = false,
            py::arg("place") = py::none(), py::arg("initial_state") = py::none(),
+           py::arg("dtypes") = std::vector<std::string>{},
            kConnectDoc)
       .def(
           "step",
           [](hora::ParameterServerClient& c, const std::vector<uintptr_t>& gradients,
              const std::vector<uintptr_t>& outputs) {
-            const auto in = pointers<const float>(gradients);
-            const auto out = pointers<float>(outputs);
+            const auto in = pointers<const void>(gradients);
+            const auto out = pointers<void>(outputs);
             hora::PsStep s;
             {
               py::gil_scoped_release release;  // the tuple below needs the GIL back
@@ -159,7 +175,7 @@ void bindParameterServers(py::module_& m) {
       .def(
           "ready",
           [](hora::ParameterServerClient& c, size_t tensor, uintptr_t gradient) {
-            c.ready(tensor, reinterpret_cast<const float*>(gradient));
+            c.ready(tensor, reinterpret_cast<const void*>(gradient));
           },
           py::arg("tensor"), py::arg("gradient"),
           "Tensor `tensor`'s gradient of the next step is final at address `gradient` (read until step() "

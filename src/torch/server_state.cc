@@ -21,13 +21,15 @@ StateT& stateOf(::torch::optim::Optimizer& optimizer, const at::Tensor& p) {
   return *typed;
 }
 
-// `t` as a slot of `p`: defined (filled with `start` if not), contiguous float32, p's shape.
+// `t` as a slot of `p`: defined (filled with `start` if not), contiguous, p's shape, in the type
+// the servers hold p's elements in: float64 for a float64 parameter, float32 for the others.
 at::Tensor slotOf(const at::Tensor& t, const at::Tensor& p, double start) {
-  if (!t.defined()) return at::full(p.sizes(), start, p.options().dtype(at::kFloat));
+  const at::ScalarType served = p.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
+  if (!t.defined()) return at::full(p.sizes(), start, p.options().dtype(served));
   if (!t.sizes().equals(p.sizes()))
     throw InvalidArgumentError("DistributedOptimizer: an optimizer state tensor of shape " + c10::str(t.sizes()) +
                                " belongs to a parameter of shape " + c10::str(p.sizes()));
-  return t.to(at::kFloat).contiguous();
+  return t.to(served).contiguous();
 }
 
 // The slots of StateT, each given as a function from the state to its tensor (a reference):
@@ -57,7 +59,7 @@ PsOptimizerState ServerSlots::pointers() const {
   state.step = step;
   for (const auto& slot : slots) {
     state.slots.emplace_back();
-    for (const at::Tensor& t : slot) state.slots.back().push_back(t.data_ptr<float>());
+    for (const at::Tensor& t : slot) state.slots.back().push_back(t.data_ptr());
   }
   return state;
 }

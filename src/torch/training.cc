@@ -378,7 +378,7 @@ void DistributedOptimizer::readyForServers(size_t index) {
     servers_->setSgd(now.lr, now.momentum);
   }
   step_begun_ = true;
-  servers_->ready(index, (p.wide_grad.defined() ? p.wide_grad : grad).data_ptr<float>());
+  servers_->ready(index, (p.wide_grad.defined() ? p.wide_grad : grad).data_ptr());
 }
 
 void DistributedOptimizer::startAllreduce(Parameter& p) {
@@ -404,28 +404,32 @@ void DistributedOptimizer::startAllreduce(Parameter& p) {
 // Float16 and bfloat16 parameters meet the servers' float32 through float32 copies, as in hora.torch
 // (Note [half-precision parameters] in python/hora/torch/ps_optimizer.py): the gradient's
 // (wide_grad) and, in kPsAsync, the parameter's (master, rounded into the model after each step).
-// float64 is refused: the servers would sum and apply it in float32.
-void DistributedOptimizer::connectToServers(const PsOptions& options) {
+// float64 ones go to the servers as they are, which hold them in float64 (PsOptions::dtypes).
+void DistributedOptimizer::connectToServers(PsOptions options) {
   std::vector<size_t> elements;
-  std::vector<float*> initial;  // kPsAsync: every worker starts from the servers' (worker 0's)
+  std::vector<void*> initial;  // kPsAsync: every worker starts from the servers' (worker 0's)
   for (Parameter& p : params_) {
     const at::ScalarType dtype = p.tensor.scalar_type();
-    if ((dtype != at::kFloat && dtype != at::kHalf && dtype != at::kBFloat16) || !p.tensor.device().is_cpu()) {
+    const bool served = dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16;
+    if (!served || !p.tensor.device().is_cpu()) {
       throw InvalidArgumentError(std::string("DistributedOptimizer: mode ") + nameOf(options_.mode) +
-                                 " takes float32, float16 or bfloat16 CPU parameters (the servers compute in "
-                                 "float32); " + p.name.substr(10) + " is " + c10::toString(dtype) + " on " +
-                                 p.tensor.device().str());
+                                 " takes float32, float64, float16 or bfloat16 CPU parameters; " + p.name.substr(10) +
+                                 " is " + c10::toString(dtype) + " on " + p.tensor.device().str());
     }
+    if (dtype == at::kDouble && options.fp16)
+      throw InvalidArgumentError("DistributedOptimizer: Compression::kFP16 takes float32, float16 or bfloat16 "
+                                 "parameters to the servers; " + p.name.substr(10) + " is float64");
+    options.dtypes.push_back(dtype == at::kDouble ? PsDtype::kFloat64 : PsDtype::kFloat32);
     if (!p.tensor.is_contiguous()) p.tensor.set_data(p.tensor.detach().contiguous());
     p.elements = p.tensor.numel();
     p.dtype = dtype;
     elements.push_back(static_cast<size_t>(p.elements));
-    if (dtype != at::kFloat) {
+    if (dtype == at::kHalf || dtype == at::kBFloat16) {
       p.wide_grad = at::empty(p.tensor.sizes(), p.tensor.options().dtype(at::kFloat));
       if (options.mode == PsMode::kAsync) p.master = p.tensor.detach().to(at::kFloat);
     }
     if (options.mode == PsMode::kAsync)
-      initial.push_back((p.master.defined() ? p.master : p.tensor).data_ptr<float>());
+      initial.push_back((p.master.defined() ? p.master : p.tensor).data_ptr());
   }
   server_options_ = options;
   std::optional<PsOptimizerState> state;  // kPsAsync: the optimizer's, loaded from a checkpoint
@@ -474,8 +478,8 @@ void DistributedOptimizer::pullServerState() {
 // The parameters' storage is read and written through raw pointers, so each must still be the
 // contiguous tensor of the dtype and size registered with the servers.
 void DistributedOptimizer::pushToServers() {
-  std::vector<const float*> gradients;
-  std::vector<float*> outputs;
+  std::vector<const void*> gradients;
+  std::vector<void*> outputs;
   for (Parameter& p : params_) {
     if (!p.tensor.is_contiguous() || p.tensor.scalar_type() != p.dtype || p.tensor.numel() != p.elements) {
       throw InvalidArgumentError("DistributedOptimizer: " + p.name.substr(10) + " is no longer a contiguous " +
@@ -495,8 +499,8 @@ void DistributedOptimizer::pushToServers() {
     }
     const at::Tensor& pushed = p.wide_grad.defined() ? p.wide_grad : grad;
     const at::Tensor& parameters = p.master.defined() ? p.master : p.tensor;
-    gradients.push_back(pushed.data_ptr<float>());
-    outputs.push_back(options_.mode == Exchange::kPsSync ? pushed.data_ptr<float>() : parameters.data_ptr<float>());
+    gradients.push_back(pushed.data_ptr());
+    outputs.push_back(options_.mode == Exchange::kPsSync ? pushed.data_ptr() : parameters.data_ptr());
   }
   // The servers apply this push with the optimizer's lr and momentum now, unless a hook began it:
   // a scheduler's changes reach them.

@@ -135,6 +135,69 @@ def test_ps_sync_equals_numpy_and_allreduce(tmp_path, workers, servers, variant)
             assert not np.allclose(got["ps-sync"]["weight"], w, atol=1e-4), "clipping changed nothing"
 
 
+# ---- ps-sync in float64, and float32 beside float64 ----
+
+SYNC64 = textwrap.dedent("""
+    import json, sys, numpy as np, torch
+    import hora.torch as hvd
+    out, steps, bias_dtype = sys.argv[1], int(sys.argv[2]), getattr(torch, sys.argv[3])
+    hvd.init()
+    r = hvd.rank()
+    init = np.random.default_rng(0)
+    w0, b0 = init.standard_normal((30, 40)), init.standard_normal(30)
+    data = np.random.default_rng(100 + r)
+    x, y = torch.from_numpy(data.standard_normal((8, 40))), torch.from_numpy(data.standard_normal((8, 30)))
+    result = {}
+    for mode in ("ps-sync", "allreduce"):
+        # weight float64 (1200 elements: split across 2 servers), bias float64 or float32
+        w = torch.nn.Parameter(torch.from_numpy(w0.copy()))
+        b = torch.nn.Parameter(torch.from_numpy(b0.copy()).to(bias_dtype))
+        opt = hvd.DistributedOptimizer(torch.optim.SGD([w, b], lr=0.1, momentum=0.9),
+                                       named_parameters=[("w", w), ("b", b)], mode=mode)
+        for _ in range(steps):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(x @ w.T + b, y).backward()  # a float32 bias is promoted
+            opt.step()
+        result[mode] = {"weight": w.detach().tolist(), "bias": b.detach().double().tolist(),
+                        "dtypes": [str(w.dtype), str(b.dtype)]}
+    json.dump(result, open(f"{out}/rank{r}.json", "w"))
+""")
+
+
+@pytest.mark.parametrize("workers,servers,bias", [(3, 2, "float64"), (2, 1, "float64"), (2, 2, "float32")])
+def test_float64_ps_sync_equals_allreduce_and_numpy_to_float64_precision(tmp_path, workers, servers, bias):
+    """A float64 linear layer (SGD with momentum) in ps-sync: the servers sum the float64
+    gradients in float64, so the weights equal allreduce's and a float64 numpy replay's to 1e-12
+    (a float32 sum would be off by about 1e-8). With a float32 bias beside the float64 weight (a
+    server holding both types), the bias is summed in float32 as allreduce sums it: with 2
+    workers both sums are exact in the same way, so both parameters equal allreduce's."""
+    script = tmp_path / "sync64.py"
+    script.write_text(SYNC64)
+    steps = 3
+    out = horarun(workers, servers, script, tmp_path, steps, bias)
+    assert out.returncode == 0, out.stdout + out.stderr
+    init = np.random.default_rng(0)
+    w0, b0 = init.standard_normal((30, 40)), init.standard_normal(30)
+    data = []
+    for r in range(workers):
+        rng = np.random.default_rng(100 + r)
+        data.append((rng.standard_normal((8, 40)), rng.standard_normal((8, 30))))
+    w, b = numpy_sgd_on_reduced_gradients(w0, b0, data, steps, 0.1, 0.9)
+    for r in range(workers):
+        got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert got["ps-sync"]["dtypes"] == ["torch.float64", f"torch.{bias}"], got["ps-sync"]["dtypes"]
+        for key in ("weight", "bias"):
+            tolerance = 1e-12 if key == "weight" or bias == "float64" else 1e-6
+            np.testing.assert_allclose(got["ps-sync"][key], got["allreduce"][key], rtol=tolerance, atol=tolerance,
+                                       err_msg=f"rank {r} {key}")
+        if bias == "float64":
+            np.testing.assert_allclose(got["ps-sync"]["weight"], w, rtol=1e-11, atol=1e-12, err_msg=f"rank {r}")
+            np.testing.assert_allclose(got["ps-sync"]["bias"], b, rtol=1e-11, atol=1e-12, err_msg=f"rank {r}")
+        else:  # the float32 bias is seen: the float64 replay misses it by float32's precision
+            assert np.abs(np.array(got["ps-sync"]["bias"]) - b).max() > 1e-9
+            np.testing.assert_allclose(got["ps-sync"]["bias"], b, rtol=1e-5, atol=1e-5, err_msg=f"rank {r}")
+
+
 # ---- ps-async: a replay of the server's order ----
 
 ASYNC = textwrap.dedent("""
@@ -143,11 +206,12 @@ ASYNC = textwrap.dedent("""
     MOMENTUM = {"sgd": (0.5, 0.25), "sgd_wd": (0.5, 0.25), "rmsprop": (0.9, 0.5)}  # up to step 5, after
     out, steps, mode_arg = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     kind = sys.argv[4] if len(sys.argv) > 4 else "sgd"
-    compression = hvd.Compression.fp16 if sys.argv[5:] == ["fp16"] else hvd.Compression.none
+    compression = hvd.Compression.fp16 if sys.argv[5:6] == ["fp16"] else hvd.Compression.none
+    dtype = getattr(torch, sys.argv[6] if len(sys.argv) > 6 else "float32")
     staleness = None if mode_arg == "none" else int(mode_arg)
     hvd.init()
     r = hvd.rank()
-    p = torch.nn.Parameter(torch.full((50,), float(r + 1)))  # the servers start from worker 0's
+    p = torch.nn.Parameter(torch.full((50,), float(r + 1), dtype=dtype))  # the servers start from worker 0's
     inner = {"sgd": lambda: torch.optim.SGD([p], lr=0.05, momentum=0.5),
              "sgd_wd": lambda: torch.optim.SGD([p], lr=0.05, momentum=0.5, weight_decay=0.3),
              "adam": lambda: torch.optim.Adam([p], lr=0.05, betas=(0.8, 0.99), eps=1e-3),
@@ -170,7 +234,7 @@ ASYNC = textwrap.dedent("""
             time.sleep(0.05)  # the slow worker
             open(f"{out}/slow_begun.tmp", "w").write(str(s))
             os.replace(f"{out}/slow_begun.tmp", f"{out}/slow_begun")  # never seen half written
-        g = torch.arange(1, 51, dtype=torch.float32) * 0.01 * (r + 1) + 0.001 * s
+        g = torch.arange(1, 51, dtype=dtype) * 0.01 * (r + 1) + 0.001 * s
         if s % 2:  # through a backward pass: the hooks push, with the lr and momentum set above
             opt.zero_grad()
             (p * g).sum().backward()
@@ -266,14 +330,15 @@ def replay(pushes, optimizer, fp16, server=None):
 
 
 def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd", fp16=False, connect_lazily=True,
-                                         taken_away=0.0):
+                                         taken_away=0.0, tolerance=1e-5):
     """Each worker's log (the ASYNC script's) agrees with the servers' optimizer (TorchServer: SGD
     with momentum 0.5, 0.25 after step 5, also with weight decay; Adam; AdamW; Adagrad; centered
     RMSprop with momentum) applying
     every push in the order of the servers' versions, from worker 0's parameters. held (bounded
     staleness): an answer held back carries the parameters of when it was let go, after pushes
     applied since its own. connect_lazily (hora.torch): a worker registers at its first step, so
-    the model holds its own start until then; the C++ frontend registers when the optimizer is made."""
+    the model holds its own start until then; the C++ frontend registers when the optimizer is made.
+    tolerance: relative and absolute (float32's 1e-5 by default)."""
     for run in runs:
         assert [e["step"] for e in run["log"]] == list(range(1, steps + 1)), "both workers make progress"
     pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
@@ -285,10 +350,10 @@ def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd
         assert np.abs(np.array(last[3]) - replay(pushes, optimizer, False)[last[0]]).max() > 1e-6
     for version, r, s, params in pushes:
         if held:
-            assert any(np.allclose(params, state, rtol=1e-5, atol=1e-5) for state in states[version:]), \
+            assert any(np.allclose(params, state, rtol=tolerance, atol=tolerance) for state in states[version:]), \
                 f"push {version} (worker {r} step {s})"
         else:
-            np.testing.assert_allclose(params, states[version], rtol=1e-5, atol=1e-5,
+            np.testing.assert_allclose(params, states[version], rtol=tolerance, atol=tolerance,
                                        err_msg=f"push {version} (worker {r} step {s})")
     # A worker takes the servers' parameters when it registers: worker 0's, or (a worker that
     # registers later) those after the pushes applied so far.
@@ -296,8 +361,28 @@ def expect_a_replay_of_the_servers_order(runs, steps, held=False, optimizer="sgd
         if connect_lazily:
             np.testing.assert_array_equal(run["start"], np.full(50, r + 1.0), err_msg=f"worker {r}")
         else:
-            assert any(np.allclose(run["start"], state, rtol=1e-5, atol=1e-5) for state in states), f"worker {r}"
+            assert any(np.allclose(run["start"], state, rtol=tolerance, atol=tolerance) for state in states), \
+                f"worker {r}"
     return server
+
+
+@pytest.mark.parametrize("optimizer,staleness", [("sgd_wd", "none"), ("adam", "none"), ("adamw", "none"),
+                                                 ("adagrad", "none"), ("rmsprop", "none"), ("sgd", "1")])
+def test_float64_ps_async_matches_a_float64_replay_of_the_servers_order(tmp_path, optimizer, staleness):
+    """float64 parameters and gradients: the servers hold, apply and answer them in float64, so
+    every answer equals the float64 replay to 1e-12, where applying them in float32 (or rounding
+    the lr to float32 on the way) is off by about 1e-7. staleness 1: bounded staleness, whose held
+    answers carry the parameters of when they were let go."""
+    script = tmp_path / "async.py"
+    script.write_text(ASYNC)
+    steps = 10
+    out = horarun(2, 1, script, tmp_path, steps, staleness, optimizer, "none", "float64")
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    expect_a_replay_of_the_servers_order(runs, steps, held=staleness != "none", optimizer=optimizer, tolerance=1e-12)
+    # The answers are float64's: a float32 model could not hold them.
+    last = np.array(runs[0]["log"][-1]["params"])
+    assert (last != last.astype(np.float32).astype(np.float64)).any(), last
 
 
 def test_bounded_staleness_holds_the_fast_worker(tmp_path):
@@ -374,6 +459,24 @@ def test_cpp_ps_async_matches_a_replay_of_the_servers_order(tmp_path, staleness,
     if staleness >= 0:
         for run in runs:
             assert all(e["step"] - e["slowest"] <= staleness for e in run["log"]), run["log"]
+
+
+@pytest.mark.parametrize("staleness,optimizer", [(-1, "sgd_wd"), (-1, "adam"), (-1, "rmsprop"), (1, "adagrad")])
+def test_cpp_float64_ps_async_matches_a_float64_replay_of_the_servers_order(tmp_path, staleness, optimizer):
+    """The C++ frontend's float64 parameters: held and applied in float64 on the servers (to
+    1e-12 of the float64 replay), and pullServerState() brings their float64 state."""
+    steps = 10
+    out = cpp_job(2, 1, tmp_path, "async64", staleness, steps, optimizer)
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    server = expect_a_replay_of_the_servers_order(runs, steps, held=staleness >= 0, optimizer=optimizer,
+                                                  connect_lazily=False, tolerance=1e-12)
+    slots = {"adam": [server.v, server.m2], "adagrad": [server.m2],
+             "rmsprop": [server.v, server.m2, server.mean]}.get(optimizer, [server.v])
+    for r, run in enumerate(runs):
+        for i, (got, expected) in enumerate(zip(run["state"]["slots"], slots, strict=True)):
+            np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14, err_msg=f"worker {r} slot {i}")
+            assert (np.array(got) != np.array(got).astype(np.float32)).any(), f"worker {r} slot {i} is float32's"
 
 
 # ---- a killed server ----
@@ -523,11 +626,12 @@ CHECKPOINT = textwrap.dedent("""
     import sys, numpy as np, torch
     import hora.torch as hvd
     out, phase, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    dtype = getattr(torch, sys.argv[4])
     hvd.init()
 
     def model():
         torch.manual_seed(0)
-        return torch.nn.Linear(40, 30)  # weight 1200 elements: split across 2 servers; bias 30
+        return torch.nn.Linear(40, 30).to(dtype)  # weight 1200 elements: split across 2 servers; bias 30
 
     def optimizer(m):
         if name == "adam":
@@ -546,8 +650,8 @@ CHECKPOINT = textwrap.dedent("""
         return torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9)
 
     data = np.random.default_rng(7)
-    batches = [(torch.from_numpy(data.standard_normal((8, 40)).astype(np.float32)),
-                torch.from_numpy(data.standard_normal((8, 30)).astype(np.float32))) for _ in range(10)]
+    batches = [(torch.from_numpy(data.standard_normal((8, 40)).astype(np.float32)).to(dtype),
+                torch.from_numpy(data.standard_normal((8, 30)).astype(np.float32)).to(dtype)) for _ in range(10)]
 
     def train(m, opt, steps):
         for x, y in steps:
@@ -580,18 +684,21 @@ CHECKPOINT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "rmsprop", "adamax", "adadelta", "nadam", "radam"])
-def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optimizer):
+def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optimizer, dtype):
     """One worker (so the servers apply the pushes in its order), two servers: the optimizer's
     state_dict() after 6 steps is torch's own optimizer's after the same steps (pulled from the
     servers), and a second job that loads the checkpoint goes on as if never stopped (so, for Adamax,
     Adadelta, NAdam and RAdam, which no other test replays, the servers' updates are torch's),
-    where a fresh optimizer would not."""
+    where a fresh optimizer would not. float64: the model, the servers and the checkpoint's state
+    are float64, equal to torch's float64 optimizer to 1e-10 (float32 arithmetic anywhere on the way
+    would be off by about 1e-7)."""
     torch = pytest.importorskip("torch")
     script = tmp_path / "checkpoint.py"
     script.write_text(CHECKPOINT)
     for phase in ("first", "resume"):
-        out = horarun(1, 2, script, tmp_path, phase, optimizer)
+        out = horarun(1, 2, script, tmp_path, phase, optimizer, dtype)
         assert out.returncode == 0, out.stdout + out.stderr
     checkpoint = torch.load(tmp_path / "checkpoint.pt")
     state = checkpoint["optimizer"]["state"]
@@ -604,12 +711,22 @@ def test_a_ps_async_checkpoint_holds_the_servers_optimizer_state(tmp_path, optim
     resumed = torch.load(tmp_path / "resumed.pt")
     reference = torch.load(tmp_path / "reference.pt")
     torch_state = reference["optimizer after 6"]["state"]
+    rtol, atol = (1e-10, 1e-12) if dtype == "float64" else (1e-4, 1e-6)
+    if optimizer == "nadam" and dtype == "float64":
+        # torch's NAdam keeps its product of momenta in a float32 tensor (torch.tensor(1.)) for
+        # float64 parameters too, so its own float64 updates are float32's to about 1e-6; the
+        # servers' product is float64 (PsNadam checks it against a float64 replay).
+        rtol, atol = 1e-5, 1e-7
     for index, s in state.items():
         for key in keys:
-            np.testing.assert_allclose(np.asarray(s[key]), np.asarray(torch_state[index][key]), rtol=1e-4, atol=1e-6,
-                                       err_msg=f"{key} of parameter {index}")
+            counts = key in ("step", "mu_product")  # torch's own, float32 tensors whatever the parameters' dtype
+            if not counts:
+                assert s[key].dtype == getattr(torch, dtype), (key, s[key].dtype)
+            np.testing.assert_allclose(np.asarray(s[key]), np.asarray(torch_state[index][key]),
+                                       rtol=1e-6 if counts else rtol, atol=atol, err_msg=f"{key} of parameter {index}")
     for key in ("weight", "bias"):
-        np.testing.assert_allclose(resumed[key].numpy(), reference["through"][key].numpy(), rtol=1e-4, atol=1e-5)
+        assert resumed[key].dtype == getattr(torch, dtype)
+        np.testing.assert_allclose(resumed[key].numpy(), reference["through"][key].numpy(), rtol=rtol, atol=10 * atol)
         assert not np.allclose(resumed[key].numpy(), reference["restarted"][key].numpy(), rtol=1e-4, atol=1e-5)
 
 
@@ -756,9 +873,15 @@ def test_mode_arguments_are_checked():
                                  mode="ps-async")
     with pytest.raises(ValueError, match="Adam has no amsgrad"):
         hvd.DistributedOptimizer(torch.optim.Adam([p], amsgrad=True), mode="ps-async")
-    with pytest.raises(ValueError, match="takes float32, float16 or bfloat16 CPU parameters.*p is torch.float64"):
-        d = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
-        hvd.DistributedOptimizer(torch.optim.SGD([d], lr=0.1), named_parameters=[("p", d)], mode="ps-sync")
+    with pytest.raises(ValueError, match="takes float32, float64, float16 or bfloat16 CPU parameters.*p is "
+                                         "torch.complex64"):
+        c = torch.nn.Parameter(torch.ones(3, dtype=torch.complex64))
+        hvd.DistributedOptimizer(torch.optim.SGD([c], lr=0.1), named_parameters=[("p", c)], mode="ps-sync")
+    d = torch.nn.Parameter(torch.ones(3, dtype=torch.float64))
+    with pytest.raises(ValueError, match="Compression.fp16 takes float32, float16 or bfloat16 parameters; .*d is "
+                                         "float64"):
+        hvd.DistributedOptimizer(torch.optim.SGD([p, d], lr=0.1), named_parameters=[("p", p), ("d", d)],
+                                 mode="ps-async", compression=hvd.Compression.fp16)
     with pytest.raises(ValueError, match="has no nesterov"):
         hvd.DistributedOptimizer(torch.optim.SGD([p], lr=0.1, momentum=0.9, nesterov=True), mode="ps-async")
 

@@ -30,17 +30,19 @@ SYNC = textwrap.dedent("""
     import json, sys, numpy as np, tensorflow as tf
     import hora.tensorflow.keras as hvd
     out, steps = sys.argv[1], int(sys.argv[2])
-    compression = hvd.Compression.fp16 if sys.argv[3:] == ["fp16"] else hvd.Compression.none
+    compression = hvd.Compression.fp16 if sys.argv[3] == "fp16" else hvd.Compression.none
+    dtype = sys.argv[4]  # float64: the model's variables (tf.keras.backend.set_floatx) and data
+    tf.keras.backend.set_floatx(dtype)
     hvd.init()
     r = hvd.rank()
     tf.config.threading.set_intra_op_parallelism_threads(1)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     init = np.random.default_rng(0)
-    w = init.standard_normal((30, 40)).astype(np.float32)
-    b = init.standard_normal(30).astype(np.float32)
+    w = init.standard_normal((30, 40)).astype(np.float32).astype(dtype)
+    b = init.standard_normal(30).astype(np.float32).astype(dtype)
     data = np.random.default_rng(100 + r)
-    x = data.standard_normal((8, 40)).astype(np.float32)
-    y = data.standard_normal((8, 30)).astype(np.float32)
+    x = data.standard_normal((8, 40)).astype(np.float32).astype(dtype)
+    y = data.standard_normal((8, 30)).astype(np.float32).astype(dtype)
     result = {}
     for mode in ("ps-sync", "allreduce"):
         model = tf.keras.Sequential([tf.keras.Input((40,)), tf.keras.layers.Dense(30)])
@@ -50,25 +52,33 @@ SYNC = textwrap.dedent("""
         model.compile(optimizer=opt, loss="mse")
         model.fit(x, y, batch_size=8, epochs=steps, shuffle=False, verbose=0)
         kernel, bias = model.layers[0].get_weights()
-        result[mode] = {"weight": kernel.T.tolist(), "bias": bias.tolist()}
+        result[mode] = {"weight": kernel.T.tolist(), "bias": bias.tolist(), "dtype": str(kernel.dtype)}
     json.dump(result, open(f"{out}/rank{r}.json", "w"))
 """)
 
 
-@pytest.mark.parametrize("compression", ["none", "fp16"])
+@pytest.mark.parametrize("compression,dtype", [("none", "float32"), ("fp16", "float32"), ("none", "float64")])
 @pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
-def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python, compression):
+def test_keras_ps_sync_in_fit_equals_numpy_and_allreduce(tmp_path, python, compression, dtype):
     """fp16: float16 on the wire both ways, within float16's precision of the reference, and its
-    rounding seen."""
+    rounding seen. float64 (set_floatx): the servers sum in float64, so ps-sync's weights equal
+    allreduce's to 1e-12 (a float32 sum is off by about 1e-8). Keras' own float64 SGD is not
+    float64-exact (Keras 2's applies its momentum rounded to float32: 0.9 as 0.89999998), so
+    against the float64 numpy reference both modes agree to 1e-7 only."""
     script = tmp_path / "sync.py"
     script.write_text(SYNC)
     workers, servers = 2, 2  # the kernel (1200 elements) is split across both servers
-    out = keras_job(python, workers, servers, script, tmp_path, 3, compression)
+    out = keras_job(python, workers, servers, script, tmp_path, 3, compression, dtype)
     assert out.returncode == 0, out.stdout + out.stderr
     w, b = numpy_sync_reference(workers, 3)
-    tolerance = 3e-3 if compression == "fp16" else 1e-5
+    tolerance = 3e-3 if compression == "fp16" else 1e-7 if dtype == "float64" else 1e-5
     for r in range(workers):
         got = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert got["ps-sync"]["dtype"] == dtype
+        if dtype == "float64":
+            for key in ("weight", "bias"):
+                np.testing.assert_allclose(got["ps-sync"][key], got["allreduce"][key], rtol=1e-12, atol=1e-12,
+                                           err_msg=f"rank {r} {key}")
         for mode in ("ps-sync", "allreduce"):
             np.testing.assert_allclose(got[mode]["weight"], w, rtol=tolerance, atol=tolerance, err_msg=f"rank {r} {mode}")
             np.testing.assert_allclose(got[mode]["bias"], b, rtol=tolerance, atol=tolerance, err_msg=f"rank {r} {mode}")
@@ -83,9 +93,10 @@ ASYNC = textwrap.dedent("""
     import json, sys, tensorflow as tf
     import hora.tensorflow.keras as hvd
     out, steps, lr = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    dtype = tf.as_dtype(sys.argv[4] if len(sys.argv) > 4 else "float32")
     hvd.init()
     r = hvd.rank()
-    p = tf.Variable(tf.fill([50], float(r + 1)))  # the server starts from worker 0's
+    p = tf.Variable(tf.fill([50], tf.constant(float(r + 1), dtype)))  # the server starts from worker 0's
     # The learning rate of step s is 0.05 / s: a schedule's, or set before each step (as a callback
     # does); either reaches the servers.
     schedule = tf.keras.optimizers.schedules.InverseTimeDecay(0.05, decay_steps=1, decay_rate=1.0)
@@ -107,7 +118,7 @@ ASYNC = textwrap.dedent("""
     for s in range(1, steps + 1):
         if lr.startswith("set"):
             opt.learning_rate = 0.05 / s
-        g = tf.range(1, 51, dtype=tf.float32) * 0.01 * (r + 1) + 0.001 * s
+        g = tf.range(1, 51, dtype=dtype) * 0.01 * (r + 1) + 0.001 * s
         opt.apply_gradients([(g, p)])
         st = opt.parameter_server_step
         log.append({"step": st.step, "version": st.version, "params": p.numpy().tolist()})
@@ -122,7 +133,9 @@ class KerasServer:
     the root (as torch); its RMSprop with momentum runs TensorFlow's RMSProp kernel, as Keras'.
     weight_decay (0.3, AdamW's and SGD's): p -= p wd lr before the update."""
 
-    def __init__(self, lr):
+    def __init__(self, lr, rate=lambda s: 0.05 / s):
+        """rate: the learning rate of step s."""
+        self.rate = rate
         self.legacy = "legacy" in lr
         self.kind = lr.split()[-1] if lr.split()[-1] in KINDS else "sgd"
         self.v, self.m2, self.mean = np.zeros(50), np.zeros(50), np.zeros(50)
@@ -131,7 +144,7 @@ class KerasServer:
             self.m2 += 0.2  # initial_accumulator_value
 
     def step(self, p, g, s, t):
-        lr = 0.05 / s
+        lr = self.rate(s)
         if self.kind in ("sgd-wd", "adamw"):
             p = p - p * 0.3 * lr
         if self.kind in ("adam", "adamw"):  # epsilon hat: beside sqrt(v), before the bias correction
@@ -198,6 +211,32 @@ def test_keras_ps_async_matches_a_replay_of_the_servers_order(tmp_path, python, 
         p = server.step(p, np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s, s, version)
         np.testing.assert_allclose(params, p, rtol=1e-5, atol=1e-5, err_msg=f"push {version} (worker {r} step {s})")
     assert "asynchrony alone acts as momentum" not in out.stderr, out.stderr  # 2 workers: no warning
+
+
+@pytest.mark.parametrize("lr", ["set", "set adam", "set rmsprop", "set adagrad"])
+@pytest.mark.parametrize("python", PYTHONS, ids=lambda p: os.path.basename(os.path.dirname(os.path.dirname(p))))
+def test_keras_float64_ps_async_matches_a_float64_replay_of_the_servers_order(tmp_path, python, lr):
+    """float64 variables and gradients: the servers apply and answer in float64, so each answer
+    equals the float64 replay to 1e-12 (float32 arithmetic is off by about 1e-7). Keras holds the
+    learning rate as a float32 variable and casts it to the variable's dtype, so the replay's lr is
+    0.05 / s rounded to float32, as the servers receive it."""
+    script = tmp_path / "async.py"
+    script.write_text(ASYNC)
+    steps = 6
+    out = keras_job(python, 2, 1, script, tmp_path, steps, lr, "float64")
+    assert out.returncode == 0, out.stdout + out.stderr
+    runs = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
+    pushes = sorted((e["version"], r, e["step"], e["params"]) for r, run in enumerate(runs) for e in run["log"])
+    assert [v for v, *_ in pushes] == list(range(1, 2 * steps + 1)), "each push applied once"
+    p, server = np.ones(50), KerasServer(lr, rate=lambda s: float(np.float32(0.05 / s)))
+    if "adagrad" in lr and python != sys.executable:
+        # Keras 3 starts a float64 accumulator from its float32 constant: 0.2 rounded to float32,
+        # which the registration carries to the servers as it is.
+        server.m2[:] = float(np.float32(0.2))
+    for version, r, s, params in pushes:
+        p = server.step(p, np.arange(1, 51) * 0.01 * (r + 1) + 0.001 * s, s, version)
+        np.testing.assert_allclose(params, p, rtol=1e-12, atol=1e-12, err_msg=f"push {version} (worker {r} step {s})")
+    assert (p != p.astype(np.float32).astype(np.float64)).any()
 
 
 def test_keras_mode_arguments_are_checked():

@@ -12,6 +12,8 @@
 //       or centered RMSprop at that lr, alpha 0.9, eps 1e-3, momentum 0.9 and 0.5 after step 5);
 //       worker 1 is slow; logs each step's PsStep and parameters, and at the end the servers'
 //       optimizer state (pullServerState()).
+//   hora_torch_ps_worker <out> async64 <max_staleness> <steps> [...]
+//       the same with float64 parameters and gradients, which the servers hold in float64.
 //   hora_torch_ps_worker <out> half <ps-sync|ps-async> <bfloat16|float16>
 //       test_parameter_servers.py's HALF script: SGD (lr 0.1) on 64 parameters of that dtype.
 //
@@ -156,9 +158,10 @@ std::string serverStateJson(torch::optim::Optimizer& inner, const at::Tensor& p,
   return out + "]}";
 }
 
-int runAsync(const std::string& out, int64_t max_staleness, int steps, const std::string& kind) {
+int runAsync(const std::string& out, int64_t max_staleness, int steps, const std::string& kind,
+             at::ScalarType dtype) {
   int r = hvd::rank();
-  at::Tensor p = at::full({50}, r + 1.0, at::kFloat).requires_grad_(true);
+  at::Tensor p = at::full({50}, r + 1.0, dtype).requires_grad_(true);
   torch::OrderedDict<std::string, at::Tensor> named;
   named.insert("p", p);
   std::shared_ptr<torch::optim::Optimizer> inner = asyncOptimizer(kind, p);
@@ -171,7 +174,7 @@ int runAsync(const std::string& out, int64_t max_staleness, int steps, const std
   for (int s = 1; s <= steps; ++s) {
     if (r == 1) std::this_thread::sleep_for(std::chrono::milliseconds(50));  // the slow worker
     schedule(*inner, kind, s);  // the servers follow
-    const at::Tensor g = at::arange(1, 51, at::kFloat) * 0.01 * (r + 1) + 0.001 * s;
+    const at::Tensor g = at::arange(1, 51, dtype) * 0.01 * (r + 1) + 0.001 * s;
     if (s % 2) {  // through a backward pass: the hook pushes, with the lr and momentum set above
       optimizer.zero_grad();
       (p * g).sum().backward();
@@ -232,7 +235,8 @@ int runHalf(const std::string& out, const std::string& mode, const std::string& 
 int main(int argc, char** argv) {
   if (argc != 5 && argc != 6) {
     std::cerr << "usage: " << argv[0]
-              << " <out> sync <average|sum> <steps> | <out> async <max_staleness> <steps> [sgd|sgd_wd|adam|adamw|adagrad|rmsprop]"
+              << " <out> sync <average|sum> <steps> | <out> <async|async64> <max_staleness> <steps> "
+                 "[sgd|sgd_wd|adam|adamw|adagrad|rmsprop]"
                  " | <out> half <ps-sync|ps-async> <bfloat16|float16>\n";
     return 2;
   }
@@ -246,7 +250,8 @@ int main(int argc, char** argv) {
     return result;
   }
   const std::string optimizer = argc == 6 ? argv[5] : "sgd";
-  int result = kind == "sync" ? runSync(out, arg, steps) : runAsync(out, std::stoll(arg), steps, optimizer);
+  const at::ScalarType dtype = kind == "async64" ? at::kDouble : at::kFloat;
+  int result = kind == "sync" ? runSync(out, arg, steps) : runAsync(out, std::stoll(arg), steps, optimizer, dtype);
   hvd::shutdown();
   return result;
 }

@@ -263,7 +263,8 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
             servers (horarun --servers K; docs/parameter_servers.md): "ps-sync" (the servers sum,
             every worker gets the same mean: allreduce's result) or "ps-async" (the servers apply
             each worker's gradients at once with Keras' SGD, Adam, Adagrad or RMSprop, at the
-            learning rate of that step, and the worker takes their parameters). float32 variables.
+            learning rate of that step, and the worker takes their parameters). float32 or float64
+            variables (the servers hold each in its own type).
         max_staleness: with "ps-async", no worker runs more than this many steps ahead of the
             slowest (None: no bound).
     """

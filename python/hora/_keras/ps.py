@@ -149,13 +149,23 @@ def slot_variables(optimizer, options, variables):
     return [[kept[i] if i < len(kept) else None for i in index] for kept in slots]
 
 
-def dense_float32(grad, variable):
-    """A gradient as the servers take it: dense float32 (zeros where Keras gave none)."""
-    dtype = tf.as_dtype(variable.dtype)  # Keras 3 names it as a string
-    if dtype.base_dtype != tf.float32:
-        raise ValueError(f"parameter server modes take float32 variables; {variable.name} is {dtype.name}")
+def served_dtype(variable, fp16):
+    """The dtype the servers hold `variable` in, its own (float32 or float64: Note [element types]
+    in src/ps/shard_state.h); ValueError naming it for any other, or for a float64 one with
+    Compression.fp16 (float16 would keep 11 of its 53 bits)."""
+    dtype = tf.as_dtype(variable.dtype).base_dtype  # Keras 3 names it as a string
+    if dtype not in (tf.float32, tf.float64):
+        raise ValueError(f"parameter server modes take float32 or float64 variables; {variable.name} is {dtype.name}")
+    if fp16 and dtype == tf.float64:
+        raise ValueError(f"Compression.fp16 takes float32 variables to the servers; {variable.name} is float64 "
+                         "(use Compression.none)")
+    return dtype
+
+
+def dense_gradient(grad, variable, dtype):
+    """A gradient as the servers take it: dense, of the variable's dtype (zeros where Keras gave none)."""
     if grad is None:
-        return tf.zeros(variable.shape, tf.float32)
+        return tf.zeros(variable.shape, dtype)
     return tf.convert_to_tensor(grad)
 
 
@@ -175,6 +185,7 @@ class KerasParameterServers:
         self.last_step = None  # the last step's PsStep (this worker's step, the slowest, version)
         self.slots = []  # ps-async: slot_variables(), by slot, then by variable
         self.server_step = None  # ps-async: the servers' step count, as last pulled
+        self.dtypes = []  # by variable: the numpy dtype it travels and is held in (served_dtype)
 
     def _connect(self, grads, values, slots, iterations):
         """values, slots (ps-async): the variables' values and the slots' (empty where the optimizer
@@ -183,9 +194,9 @@ class KerasParameterServers:
         initial, initial_state = [], None
         if self.mode == PS_ASYNC:
             # registration overwrites these with the servers' parameters
-            initial = [np.array(a, dtype=np.float32) for a in values]
-            slots = [[np.ascontiguousarray(a, dtype=np.float32) if a.size else np.zeros(n, np.float32)
-                      for a, n in zip(slot, self.elements)] for slot in slots]
+            initial = [np.array(a, dtype=d) for a, d in zip(values, self.dtypes)]
+            slots = [[np.ascontiguousarray(a, dtype=d) if a.size else np.zeros(n, d)
+                      for a, n, d in zip(slot, self.elements, self.dtypes)] for slot in slots]
             # Keras keeps one step count, the worker's iterations (which schedules read); the servers
             # count every worker's pushes. Unless pulled, it is what workers that kept step made.
             step = self.server_step if self.server_step is not None else int(iterations) * hvd.size()
@@ -193,7 +204,8 @@ class KerasParameterServers:
         self.client = ParameterServerClient(self.elements, self.mode, average=self.average,
                                             max_staleness=self.max_staleness,
                                             initial=[a.ctypes.data for a in initial], optimizer=self.server_optimizer,
-                                            fp16=self.fp16, initial_state=initial_state)
+                                            fp16=self.fp16, initial_state=initial_state,
+                                            dtypes=[np.dtype(d).name for d in self.dtypes])
 
     def _exchange(self, *arrays):
         # numpy_function: the gradients, then (async) the variables' values, the slots' (by slot,
@@ -203,7 +215,7 @@ class KerasParameterServers:
         if self.mode == PS_ASYNC:
             *arrays, lr, momentum, iterations = arrays
             n = len(arrays) // (2 + len(self.slots))
-        grads = [np.ascontiguousarray(a, dtype=np.float32) for a in arrays[:n]]
+        grads = [np.ascontiguousarray(a, dtype=d) for a, d in zip(arrays[:n], self.dtypes)]
         if self.client is not None and self.client.stale():
             self.client.close()  # an elastic job re-formed: the new generation has servers of its own
             self.client = None
@@ -226,7 +238,7 @@ class KerasParameterServers:
         return outputs
 
     def _call(self, tensors, variables):
-        out = tf.numpy_function(self._exchange, tensors, [tf.float32] * len(variables), stateful=True,
+        out = tf.numpy_function(self._exchange, tensors, [tf.as_dtype(d) for d in self.dtypes], stateful=True,
                                 name="hora_parameter_servers")
         if not isinstance(out, (list, tuple)):  # one output comes back bare, not in a list
             out = [out]
@@ -235,14 +247,18 @@ class KerasParameterServers:
     def reduce(self, grads, variables):
         """ps-sync: the workers' mean (or sum) of `grads`, in their order."""
         variables = list(variables)
-        dense = [dense_float32(g, v) for g, v in zip(grads, variables)]
+        dtypes = [served_dtype(v, self.fp16) for v in variables]
+        self.dtypes = [d.as_numpy_dtype for d in dtypes]
+        dense = [dense_gradient(g, v, d) for g, v, d in zip(grads, variables, dtypes)]
         return self._call(dense, variables)
 
     def apply(self, grads, variables):
         """ps-async: pushes `grads` and assigns the servers' parameters to `variables`."""
         variables = list(variables)
         self.slots = slot_variables(self.optimizer, self.server_optimizer, variables)
-        dense = [dense_float32(g, v) for g, v in zip(grads, variables)]
+        dtypes = [served_dtype(v, self.fp16) for v in variables]
+        self.dtypes = [d.as_numpy_dtype for d in dtypes]
+        dense = [dense_gradient(g, v, d) for g, v, d in zip(grads, variables, dtypes)]
         # Reading a variable shares its buffer: the slots cost nothing until a connection reads them.
         values = [tf.convert_to_tensor(v) for v in variables]
         slots = [tf.zeros([0]) if s is None else tf.convert_to_tensor(s) for slot in self.slots for s in slot]
@@ -258,7 +274,7 @@ class KerasParameterServers:
         ps-sync."""
         if self.client is None or self.mode != PS_ASYNC or self.client.stale():
             return None
-        buffers = [[np.empty(n, np.float32) for n in self.elements] for _ in self.slots]
+        buffers = [[np.empty(n, d) for n, d in zip(self.elements, self.dtypes)] for _ in self.slots]
         self.server_step = self.client.pull_optimizer_state([[b.ctypes.data for b in slot] for slot in buffers])
         for variables, values in zip(self.slots, buffers):
             for variable, value in zip(variables, values):

@@ -1,5 +1,5 @@
 """Parameter servers (docs/parameter_servers.md): a worker's connection to the job's servers,
-framework-neutral. A frontend hands it float32 buffers by address, as requests.py does for the
+framework-neutral. A frontend hands it float32 or float64 buffers by address, as requests.py does for the
 engine; its users are hora.torch's optimizer (hora/torch/ps_optimizer.py) and hora.keras'
 (hora/_keras/ps.py).
 
@@ -77,10 +77,10 @@ def elastic_place():
 
 
 class ParameterServerClient:
-    """This worker's side: register the tensors (element counts, float32) once, then step()."""
+    """This worker's side: register the tensors (element counts and dtypes) once, then step()."""
 
     def __init__(self, elements, mode, average=True, max_staleness=None, initial=(), optimizer=None, fp16=False,
-                 initial_state=None):
+                 initial_state=None, dtypes=None):
         """optimizer (ps-async): what the servers apply the pushes with, a dict of "name" ("sgd",
         "adam", "adagrad", "rmsprop", "adamax", "adadelta", "nadam" or "radam"), "lr", "momentum"
         (sgd, rmsprop), "beta1", "beta2" (adam, adamax, nadam, radam), "epsilon" (all but sgd),
@@ -91,7 +91,10 @@ class ParameterServerClient:
         the update rather than torch's). fp16 (Compression.fp16): the pushes, and ps-sync's replies,
         travel as float16; the servers sum and apply in float32. initial_state (ps-async): (step,
         addresses by slot, then by tensor) of the optimizer's state to start from, as
-        pull_optimizer_state() gives it; worker 0's is the one the servers take."""
+        pull_optimizer_state() gives it; worker 0's is the one the servers take. dtypes: "float32"
+        or "float64" by tensor (None: all float32); the servers hold, sum and apply each tensor in
+        its dtype, and every buffer of a tensor (gradient, output, parameters, slots) is of it. fp16
+        takes float32 tensors only."""
         check_mode(mode, max_staleness)
         if mode == ALLREDUCE:
             raise ValueError("mode 'allreduce' uses no parameter servers")
@@ -99,7 +102,7 @@ class ParameterServerClient:
         self._client = _core.PsClient(list(elements), mode, average=average,
                                       max_staleness=-1 if max_staleness is None else max_staleness,
                                       initial=list(initial), optimizer=dict(optimizer or {}), place=self._place,
-                                      fp16=bool(fp16), initial_state=initial_state)
+                                      fp16=bool(fp16), initial_state=initial_state, dtypes=list(dtypes or ()))
         _open_clients.add(self)
 
     def stale(self):
@@ -123,7 +126,7 @@ class ParameterServerClient:
         return self._client.optimizer_slots
 
     def pull_optimizer_state(self, slots):
-        """ps-async, between steps: writes the servers' optimizer state into the float32 buffers at
+        """ps-async, between steps: writes the servers' optimizer state into the buffers (of each tensor's dtype) at
         `slots` (addresses by slot, then by tensor) and returns its step count (the pushes the
         servers applied, after the registered initial state's)."""
         return self._client.pull_optimizer_state([list(slot) for slot in slots])

@@ -16,8 +16,9 @@ A hook on each parameter's gradient accumulator hands the gradient to the client
 step's last backward pass has produced it, so the pushes go out while the backward pass goes on
 (Note [overlapped pushes] in src/ps/client.cc); step() (or synchronize()) pushes whatever no hook
 handed over and waits for the servers' answers. compression=Compression.fp16 sends the pushes (and
-ps-sync's answers) as float16; the servers compute in float32, also for float16 and bfloat16
-parameters (whose float32 copies on the servers are then ps-async's master weights).
+ps-sync's answers) as float16 (float64 parameters refuse it). The servers hold, sum and apply a
+float64 parameter in float64, the others in float32, also float16 and bfloat16 ones (whose float32
+copies on the servers are then ps-async's master weights).
 
 In an elastic job a failed exchange (a server or a worker died) raises HoraInternalError, so that
 hvd.elastic.run restores the last commit and re-forms the job; the first step after that connects
@@ -114,9 +115,15 @@ def _slot_names(options):
             }[options["name"]]
 
 
-# The parameters' dtypes the servers take (Note [half-precision parameters]). float64 is not among
-# them: its gradients would be summed and applied in float32, a silent loss of precision.
-_SERVED_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+# The parameters' dtypes the servers take (Note [half-precision parameters]): float64 ones they
+# hold, sum and apply in float64 (Note [element types] in src/ps/shard_state.h), the others in float32.
+_SERVED_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_HALF_DTYPES = (torch.float16, torch.bfloat16)
+
+
+def _served_dtype(p):
+    """The dtype the servers hold parameter `p` (and its gradient and optimizer slots) in."""
+    return torch.float64 if p.dtype == torch.float64 else torch.float32
 
 
 class _ParameterServerOptimizer(HookedOptimizer):
@@ -128,16 +135,20 @@ class _ParameterServerOptimizer(HookedOptimizer):
         self._params = [p for p in all_params if p.requires_grad]
         for p in self._params:
             if p.dtype not in _SERVED_DTYPES or p.device.type != "cpu":
-                raise ValueError(f"mode={mode!r} takes float32, float16 or bfloat16 CPU parameters (the servers "
-                                 f"compute in float32); {self._parameter_names[p]} is {p.dtype} on {p.device}")
+                raise ValueError(f"mode={mode!r} takes float32, float64, float16 or bfloat16 CPU parameters; "
+                                 f"{self._parameter_names[p]} is {p.dtype} on {p.device}")
+            if p.dtype == torch.float64 and compression is Compression.fp16:
+                # float16 keeps 11 of float64's 53 bits: not what a float64 model asks for.
+                raise ValueError(f"mode={mode!r}: Compression.fp16 takes float32, float16 or bfloat16 parameters; "
+                                 f"{self._parameter_names[p]} is float64 (use Compression.none, or make it float32)")
             if not p.data.is_contiguous():
                 p.data = p.data.contiguous()
-        # Note [half-precision parameters]: the servers hold float32. A float16 or bfloat16
-        # parameter's gradient goes to them through a float32 copy, and ps-async's answer comes
-        # back into a float32 copy of the parameter (rounded into the model after each step), so
-        # the servers' parameters are float32 master weights: updates smaller than the
-        # parameter's precision add up there instead of rounding away.
-        narrow = [p for p in self._params if p.dtype != torch.float32]
+        # Note [half-precision parameters]: the servers hold float32 (float64 parameters: float64,
+        # as they are). A float16 or bfloat16 parameter's gradient goes to them through a float32
+        # copy, and ps-async's answer comes back into a float32 copy of the parameter (rounded into
+        # the model after each step), so the servers' parameters are float32 master weights:
+        # updates smaller than the parameter's precision add up there instead of rounding away.
+        narrow = [p for p in self._params if p.dtype in _HALF_DTYPES]
         self._wide_grads = {p: torch.empty(p.shape, dtype=torch.float32) for p in narrow}
         self._masters = {p: torch.empty(p.shape, dtype=torch.float32) for p in narrow} if mode == PS_ASYNC else {}
         self._widened = set()  # the parameters whose gradient of this step the hooks copied already
@@ -147,7 +158,8 @@ class _ParameterServerOptimizer(HookedOptimizer):
         self._synchronized = False
         self._should_synchronize = True
         self._client_options = dict(average=(op == Average), max_staleness=max_staleness, optimizer=server_options,
-                                    fp16=compression is Compression.fp16)
+                                    fp16=compression is Compression.fp16,
+                                    dtypes=[str(_served_dtype(p)).replace("torch.", "") for p in self._params])
         check_servers()  # now, where the user made the optimizer, rather than at the first step
         self._client = None  # connected at the first step (_begin_step)
         self._register_hooks()
@@ -160,7 +172,7 @@ class _ParameterServerOptimizer(HookedOptimizer):
             # Copies, which the registration overwrites with the servers' parameters: a hook may
             # connect in the middle of the backward pass, which still reads the parameters. The
             # step's reply brings the servers' parameters into the model.
-            registered = [p.data.to(torch.float32, copy=True) for p in self._params]
+            registered = [p.data.to(_served_dtype(p), copy=True) for p in self._params]
             initial = [t.data_ptr() for t in registered]
             if any(self.state.get(p) for p in self._params):
                 step, slots = self._server_state()
@@ -183,11 +195,11 @@ class _ParameterServerOptimizer(HookedOptimizer):
                 t = state.get(name)
                 if t is None:  # where torch starts it (Adagrad's sum: at initial_accumulator_value)
                     start = options.get("initial_accumulator_value", 0.0) if name == "sum" else 0.0
-                    t = torch.full(p.shape, start, dtype=torch.float32)
+                    t = torch.full(p.shape, start, dtype=_served_dtype(p))
                 elif t.shape != p.shape:
                     raise ValueError(f"mode='ps-async': the optimizer's {name!r} of {self._parameter_names[p]} has "
                                      f"shape {tuple(t.shape)}, the parameter {tuple(p.shape)}")
-                state[name] = t = t.to(torch.float32, memory_format=torch.contiguous_format)
+                state[name] = t = t.to(_served_dtype(p), memory_format=torch.contiguous_format)
                 slot.append(t)
         return step, slots
 

@@ -69,6 +69,47 @@ TEST(PsSharding, SmallTensorsAreBalanced) {
     for (const ps::Piece& p : pieces) EXPECT_EQ(p.count, sizes[p.tensor]) << "small tensors stay whole";
 }
 
+// float64 pieces come first in every shard (ShardLayout), and the dtypes are part of the layout.
+TEST(PsSharding, Float64PiecesComeFirstAndDtypesChangeTheLayout) {
+  using D = PsDtype;
+  const std::vector<size_t> sizes = {10, 400, 7, 300};
+  const std::vector<D> dtypes = {D::kFloat64, D::kFloat32, D::kFloat32, D::kFloat64};
+  const auto plan = ps::planShards(sizes, 2, dtypes);
+  expectCoversOnce(plan, sizes);
+  for (size_t k = 0; k < 2; ++k) {
+    const auto& pieces = plan.servers[k];
+    const auto first_narrow = std::find_if(pieces.begin(), pieces.end(), [](const ps::Piece& p) { return !p.wide; });
+    EXPECT_TRUE(std::none_of(first_narrow, pieces.end(), [](const ps::Piece& p) { return p.wide; })) << "server " << k;
+    for (const ps::Piece& p : pieces) EXPECT_EQ(p.wide, dtypes[p.tensor] == D::kFloat64);
+    const ps::ShardLayout layout = plan.layout(k);
+    EXPECT_EQ(layout.elements(), plan.shardElements(k));
+    EXPECT_EQ(layout.bytes(), layout.wide * 8 + layout.narrow * 4);
+    EXPECT_EQ(layout.elementAt(layout.byteOf(layout.wide + 1)), layout.wide + 1);
+    if (layout.wide > 0) {
+      EXPECT_EQ(layout.elementAt(4), SIZE_MAX);  // inside the first double
+    }
+  }
+  EXPECT_NE(ps::layoutHash(sizes, dtypes), ps::layoutHash(sizes));
+  EXPECT_EQ(ps::layoutHash(sizes, std::vector<D>(4, D::kFloat32)), ps::layoutHash(sizes));
+  EXPECT_THROW(ps::planShards(sizes, 2, {D::kFloat64}), InvalidArgumentError);
+}
+
+// Compression.fp16 takes float32 tensors only: a float64 one is refused before connecting, by
+// its index.
+TEST(PsSharding, Fp16CompressionOfAFloat64TensorIsRefused) {
+  PsJob job;
+  job.servers = 1;
+  PsOptions options;
+  options.fp16 = true;
+  options.dtypes = {PsDtype::kFloat32, PsDtype::kFloat64};
+  try {
+    ParameterServerClient client(job, {3, 4}, options);
+    ADD_FAILURE() << "fp16 of a float64 tensor was accepted";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 1 is float64"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PsSharding, OneServerHoldsEverythingWholeAndLayoutsDiffer) {
   const auto plan = ps::planShards({5, 100, 2}, 1);
   EXPECT_EQ(plan.shardElements(0), 107u);
@@ -193,25 +234,180 @@ TEST(PsShardState, AsyncAppliesKerasSgdWhenRegisteredSo) {
   }
 }
 
-// Adagrad and RMSprop: one worker's pushes of steps 1..8 (lr 0.1 / s, momentum 0.9 and 0.5 after
+// Every optimizer: one worker's pushes of steps 1..8 (lr 0.1 / s, momentum 0.9 and 0.5 after
 // step 4, as a schedule would) through a ShardState registered with `r`, each reply against
 // `replay` of the same push in double (t: the server's count of applied pushes). Epsilon is large
 // (0.05) so that where it goes, inside the root or beside it, shows in the parameters.
+// Note [element types]: the shard holds the 3 elements twice, as float64 (the first 3) and as
+// float32, pushed the same gradients (float32 values, exact in both). The float32 ones follow the
+// replay to float32's precision; the float64 ones to float64's, which a server computing them in
+// float32 (or rounding its lr, its coefficients or its state to float32) misses by about 1e-7.
 using Replay = std::function<void(std::vector<double>& p, const float* g, double lr, double m, int t)>;
 
-void expectTheServerFollows(const ps::Registration& r, const Replay& replay) {
+void expectTheServerFollows(ps::Registration r, const Replay& replay) {
+  r.shard_elements = 6;
+  r.wide_elements = 3;
   ps::ShardState state("parameter server 0", 1);
   const auto d = common::Deadline::after(10s);
   const std::vector<float> initial = {1.0f, -2.0f, 0.5f};
-  state.registerWorker(0, r, initial, d);
+  state.registerWorker(0, r, initial, d, std::vector<double>(initial.begin(), initial.end()));
   std::vector<double> p(initial.begin(), initial.end());
   for (int s = 1; s <= 8; ++s) {
     const float g[3] = {0.5f * static_cast<float>(s), -0.25f, 1.0f / static_cast<float>(s) - 0.3f};
+    const double wide_g[3] = {g[0], g[1], g[2]};
     const float lr = 0.1f / static_cast<float>(s), m = s <= 4 ? 0.9f : 0.5f;
-    const auto reply = state.push(0, static_cast<uint64_t>(s), g, {lr, m}, d);
+    const auto reply = state.push(0, static_cast<uint64_t>(s), g, {lr, m}, d, wide_g);
     replay(p, g, lr, m, s);
-    for (size_t i = 0; i < 3; ++i)
+    ASSERT_EQ(reply.values.size(), 3u);
+    ASSERT_EQ(reply.wide.size(), 3u);
+    for (size_t i = 0; i < 3; ++i) {
       EXPECT_NEAR(reply.values[i], p[i], 1e-5 * (1 + std::abs(p[i]))) << "step " << s << " element " << i;
+      EXPECT_NEAR(reply.wide[i], p[i], 1e-13 * (1 + std::abs(p[i]))) << "float64, step " << s << " element " << i;
+    }
+  }
+}
+
+// torch.optim.SGD (v = m v + g; p -= lr v) and Keras' SGD (v = m v - lr g; p += v), which differ
+// as the lr changes.
+TEST(PsShardState, AsyncAppliesSgdInEitherFormInBothElementTypes) {
+  for (const bool keras : {false, true}) {
+    ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+    r.keras_form = keras ? 1 : 0;
+    std::vector<double> v(3, 0.0);
+    expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double m, int) {
+      for (size_t i = 0; i < 3; ++i) {
+        v[i] = keras ? m * v[i] - lr * g[i] : m * v[i] + g[i];
+        p[i] += keras ? v[i] : -lr * v[i];
+      }
+    });
+  }
+}
+
+// torch.optim.Adam (epsilon beside the corrected root) and Keras' Adam (epsilon beside the
+// uncorrected root, the correction in the step size), betas 0.8 and 0.9, epsilon 0.05.
+TEST(PsShardState, AsyncAppliesAdamInEitherFormInBothElementTypes) {
+  for (const bool keras : {false, true}) {
+    ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+    r.optimizer = ps::Optimizer::kAdam;
+    r.keras_form = keras ? 1 : 0;
+    r.beta1 = 0.8;
+    r.beta2 = 0.9;
+    r.epsilon = 0.05;
+    std::vector<double> m1(3, 0.0), m2(3, 0.0);
+    expectTheServerFollows(r, [&](std::vector<double>& p, const float* g, double lr, double, int t) {
+      const double c1 = 1 - std::pow(0.8, t), c2 = 1 - std::pow(0.9, t);
+      for (size_t i = 0; i < 3; ++i) {
+        m1[i] = 0.8 * m1[i] + 0.2 * g[i];
+        m2[i] = 0.9 * m2[i] + 0.1 * double(g[i]) * g[i];
+        p[i] -= keras ? lr * std::sqrt(c2) / c1 * m1[i] / (std::sqrt(m2[i]) + 0.05)
+                      : lr * (m1[i] / c1) / (std::sqrt(m2[i] / c2) + 0.05);
+      }
+    });
+  }
+}
+
+// An update of 1e-10 to a parameter of 1.0 is below float32's resolution there (2^-24 ~ 6e-8):
+// the float32 element stays 1.0, the float64 one takes every update, as numpy in float64 does.
+TEST(PsShardState, Float64ElementsKeepUpdatesThatFloat32Loses) {
+  for (const ps::Optimizer optimizer : {ps::Optimizer::kSgd, ps::Optimizer::kAdam}) {
+    ps::Registration r = registration(ps::Mode::kAsync, 1, 2);
+    r.optimizer = optimizer;
+    r.wide_elements = 1;
+    ps::ShardState state("parameter server 0", 1);
+    const auto d = common::Deadline::after(10s);
+    state.registerWorker(0, r, {1.0f}, d, {1.0});
+    double p = 1.0, v = 0.0, m1 = 0.0, m2 = 0.0;
+    for (int s = 1; s <= 5; ++s) {
+      const float g = 1.0f;
+      const double wide_g = 1.0;
+      const auto reply = state.push(0, static_cast<uint64_t>(s), &g, {1e-10, 0.0}, d, &wide_g);
+      if (optimizer == ps::Optimizer::kSgd) {
+        v = 0.0 * v + 1.0;
+        p -= 1e-10 * v;
+      } else {
+        m1 = 0.9 * m1 + 0.1;
+        m2 = 0.999 * m2 + 0.001;
+        p -= 1e-10 * (m1 / (1 - std::pow(0.9, s))) / (std::sqrt(m2 / (1 - std::pow(0.999, s))) + 1e-8);
+      }
+      EXPECT_EQ(reply.values[0], 1.0f) << ps::toString(optimizer) << " step " << s;
+      EXPECT_NEAR(reply.wide[0], p, 1e-15) << ps::toString(optimizer) << " step " << s;
+    }
+    EXPECT_LT(state.wideParameters()[0], 1.0 - 4.9e-10) << ps::toString(optimizer);
+  }
+}
+
+// ps-sync sums and averages float64 elements in float64: 1, 1 + 1e-12 and 1 + 2e-12 average to
+// 1 + 1e-12, which float32 would round to 1.
+TEST(PsShardState, SyncAveragesFloat64ElementsInFloat64) {
+  constexpr int kWorkers = 3;
+  ps::ShardState state("parameter server 0", kWorkers);
+  ps::Registration r = registration(ps::Mode::kSync, kWorkers, 3);
+  r.wide_elements = 2;
+  std::vector<std::thread> threads;
+  std::vector<std::vector<double>> wide(kWorkers);
+  std::vector<float> narrow(kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    threads.emplace_back([&, w] {
+      const auto d = common::Deadline::after(10s);
+      state.registerWorker(w, r, {}, d);
+      const double g[2] = {1.0 + 1e-12 * w, -3.0 * w};
+      const float f = static_cast<float>(w);
+      const auto reply = state.push(w, 1, &f, {}, d, g);
+      wide[static_cast<size_t>(w)].assign(reply.wide.begin(), reply.wide.end());
+      narrow[static_cast<size_t>(w)] = reply.values[0];
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_EQ(wide[static_cast<size_t>(w)].size(), 2u);
+    EXPECT_NEAR(wide[static_cast<size_t>(w)][0], 1.0 + 1e-12, 1e-15) << "worker " << w;
+    EXPECT_DOUBLE_EQ(wide[static_cast<size_t>(w)][1], -3.0);
+    EXPECT_EQ(narrow[static_cast<size_t>(w)], 1.0f);
+  }
+}
+
+// Note [optimizer state] with both element types: the float64 slots travel in float64, so a
+// server started from them goes on exactly as the first (and they hold values float32 cannot).
+TEST(PsShardState, Float64OptimizerStateRestartsAServerExactly) {
+  ps::Registration r = registration(ps::Mode::kAsync, 1, 3);
+  r.optimizer = ps::Optimizer::kAdam;
+  r.wide_elements = 2;
+  const auto d = common::Deadline::after(10s);
+  const auto push = [&](ps::ShardState& state, int s, int as) {
+    const float g = 0.1f * static_cast<float>(s);
+    const double wide_g[2] = {1.0 / 3.0 / s, -1e-9 * s};
+    return state.push(0, static_cast<uint64_t>(as), &g, {0.01, 0.0}, d, wide_g);
+  };
+  ps::ShardState first("parameter server 0", 1);
+  first.registerWorker(0, r, {0.5f}, d, {1.0 / 7.0, 2.0});
+  for (int s = 1; s <= 4; ++s) push(first, s, s);
+  const ps::OptimizerState state = first.optimizerState(0);
+  ASSERT_EQ(state.wide_slots.size(), 4u);  // 2 slots of 2 elements
+  ASSERT_EQ(state.slots.size(), 2u);
+  EXPECT_NE(state.wide_slots[2], static_cast<double>(static_cast<float>(state.wide_slots[2])));
+  ps::Registration restart = r;
+  restart.slots = 2;
+  restart.optimizer_step = state.step;
+  std::vector<float> initial = first.parameters();
+  initial.insert(initial.end(), state.slots.begin(), state.slots.end());
+  std::vector<double> initial_wide = first.wideParameters();
+  initial_wide.insert(initial_wide.end(), state.wide_slots.begin(), state.wide_slots.end());
+  ps::ShardState second("parameter server 0", 1);
+  second.registerWorker(0, restart, initial, d, initial_wide);
+  EXPECT_EQ(second.optimizerState(0).wide_slots, state.wide_slots);
+  for (int s = 5; s <= 8; ++s) {
+    const auto a = push(first, s, s);
+    const auto b = push(second, s, s - 4);
+    for (size_t i = 0; i < 2; ++i) EXPECT_EQ(a.wide[i], b.wide[i]) << "push " << s << " element " << i;
+    EXPECT_EQ(a.values[0], b.values[0]) << "push " << s;
+  }
+  // A registration whose float64 values do not match the shard's is refused, naming both counts.
+  ps::ShardState third("parameter server 0", 1);
+  try {
+    third.registerWorker(0, r, {0.5f}, d, {1.0});
+    ADD_FAILURE() << "a float64 part of 1 value was taken for 2 elements";
+  } catch (const InvalidArgumentError& e) {
+    EXPECT_NE(std::string(e.what()).find("2 float64 elements"), std::string::npos) << e.what();
   }
 }
 
@@ -699,8 +895,8 @@ HORA_WORKER_SCENARIO(ps_sync_job) {
     ParameterServerClient client(workerJob(rank, workers, servers), kSizes, options);
     for (int s = 1; s <= 3; ++s) {
       std::vector<std::vector<float>> grads(kSizes.size());
-      std::vector<const float*> in;
-      std::vector<float*> out;
+      std::vector<const void*> in;
+      std::vector<void*> out;
       for (size_t t = 0; t < kSizes.size(); ++t) {
         for (size_t i = 0; i < kSizes[t]; ++i) grads[t].push_back(gradientAt(rank, s, t, i));
         in.push_back(grads[t].data());
@@ -780,8 +976,8 @@ HORA_WORKER_SCENARIO(ps_ready_job) {
     rendezvous::TcpStore store(job.rendezvous.address, job.rendezvous.port, job.rendezvous.secret,
                                common::Deadline::after(5s));
     std::vector<std::vector<float>> grads(kSizes.size());
-    std::vector<const float*> in;
-    std::vector<float*> out;
+    std::vector<const void*> in;
+    std::vector<void*> out;
     for (size_t t = 0; t < kSizes.size(); ++t) {
       for (size_t i = 0; i < kSizes[t]; ++i) grads[t].push_back(static_cast<float>(rank + 1));
       in.push_back(grads[t].data());
@@ -924,12 +1120,12 @@ HORA_WORKER_SCENARIO(ps_stepping_job) {
     options.lr = 0.01;
     options.max_staleness = envInt("PS_STALENESS", -1);
     std::vector<std::vector<float>> params = {std::vector<float>(300, 1.0f), std::vector<float>(3, 1.0f)};
-    std::vector<float*> p = {params[0].data(), params[1].data()};
+    std::vector<void*> p = {params[0].data(), params[1].data()};
     ParameterServerClient client(workerJob(rank, workers, servers), {300, 3}, options, p);
     std::vector<std::vector<float>> grads = {std::vector<float>(300, 0.5f), std::vector<float>(3, 0.5f)};
-    const std::vector<const float*> g = {grads[0].data(), grads[1].data()};
+    const std::vector<const void*> g = {grads[0].data(), grads[1].data()};
     for (int s = 1; s <= steps; ++s) {
-      client.step(g, async ? p : std::vector<float*>{grads[0].data(), grads[1].data()});
+      client.step(g, async ? p : std::vector<void*>{grads[0].data(), grads[1].data()});
       std::printf("step %d\n", s);
       std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(sleep_ms));
