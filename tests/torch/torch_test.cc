@@ -514,14 +514,21 @@ TEST(ParameterServerModes, UnsupportedOptionsAreRefusedNamingTheOptionAndValue) 
   expectInvalidArgument(make(async, std::make_shared<torch::optim::AdamW>(decays, torch::optim::AdamWOptions(0.1))),
                         {"same weight_decay", "group 1", "0.01"});
 
-  // float32, float16 or bfloat16 CPU parameters only: the servers would round float64 to float32.
-  torch::nn::Linear doubled(3, 2);
-  doubled->to(at::kDouble);
+  // Floating CPU parameters of the servers' types only (float32, float64, float16, bfloat16), and
+  // float64 not through float16 (it would keep 11 of its 53 bits).
+  torch::nn::Linear complex(3, 2);
+  complex->to(at::kComplexFloat);
   hvd::DistributedOptimizerOptions sync;
   sync.mode = hvd::Exchange::kPsSync;
   expectInvalidArgument(
+      [&] { hvd::DistributedOptimizer(sgd(complex->parameters()), complex->named_parameters(), sync); },
+      {"float32, float64, float16 or bfloat16 CPU", "weight", "ComplexFloat"});
+  torch::nn::Linear doubled(3, 2);
+  doubled->to(at::kDouble);
+  sync.compression = hvd::Compression::kFP16;
+  expectInvalidArgument(
       [&] { hvd::DistributedOptimizer(sgd(doubled->parameters()), doubled->named_parameters(), sync); },
-      {"float32, float16 or bfloat16 CPU", "weight", "Double"});
+      {"Compression::kFP16", "weight", "float64"});
 }
 
 TEST(ParameterServerModes, AJobWithoutServersIsToldToStartThem) {
