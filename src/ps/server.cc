@@ -104,10 +104,12 @@ void splitInitial(const std::byte* data, size_t bytes, const ShardLayout& layout
   const size_t sets = bytes / shard;
   narrow.resize(sets * layout.narrow);
   wide.resize(sets * layout.wide);
+  // (A shard of one type leaves the other's vector empty, with no storage memcpy may be given.)
   for (size_t set = 0; set < sets; ++set, data += shard) {
-    std::memcpy(wide.data() + set * layout.wide, data, layout.wide * sizeof(double));
-    std::memcpy(narrow.data() + set * layout.narrow, data + layout.wide * sizeof(double),
-                layout.narrow * sizeof(float));
+    if (layout.wide > 0) std::memcpy(wide.data() + set * layout.wide, data, layout.wide * sizeof(double));
+    if (layout.narrow > 0)
+      std::memcpy(narrow.data() + set * layout.narrow, data + layout.wide * sizeof(double),
+                  layout.narrow * sizeof(float));
   }
 }
 
