@@ -33,36 +33,40 @@ size_t ShardLayout::elementAt(size_t byte) const {
 
 ShardPlan planShards(const std::vector<size_t>& tensor_elements, int servers, const std::vector<PsDtype>& dtypes) {
   if (servers < 1) throw InvalidArgumentError("parameter servers: need at least 1 server, got " + std::to_string(servers));
-  const size_t k = static_cast<size_t>(servers);
-  const size_t total = std::accumulate(tensor_elements.begin(), tensor_elements.end(), size_t{0});
   if (!dtypes.empty() && dtypes.size() != tensor_elements.size())
     throw InvalidArgumentError("parameter servers: " + std::to_string(dtypes.size()) + " dtypes for " +
                                std::to_string(tensor_elements.size()) + " tensors");
+  const size_t k = static_cast<size_t>(servers);
   const auto wide = [&](size_t t) { return !dtypes.empty() && dtypes[t] == PsDtype::kFloat64; };
+  // Balanced by bytes, not elements: a float64 element costs a server twice a float32 one in
+  // memory, on the wire and in its loops.
+  const auto bytes = [&](size_t t) { return tensor_elements[t] * (wide(t) ? sizeof(double) : sizeof(float)); };
+  size_t total = 0;
+  for (size_t t = 0; t < tensor_elements.size(); ++t) total += bytes(t);
   ShardPlan plan;
   plan.servers.resize(k);
-  std::vector<size_t> load(k, 0);
+  std::vector<size_t> load(k, 0);  // bytes
   // Largest first (stable: equal sizes keep their order), so that the greedy placement balances.
   std::vector<size_t> order(tensor_elements.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return tensor_elements[a] > tensor_elements[b]; });
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes(a) > bytes(b); });
   for (size_t t : order) {
     const size_t n = tensor_elements[t];
-    if (k > 1 && n * k > total) {
+    const size_t element_bytes = wide(t) ? sizeof(double) : sizeof(float);
+    if (k > 1 && bytes(t) * k > total) {
       // Larger than a server's fair share: every server takes a piece.
       size_t offset = 0;
       for (size_t s = 0; s < k; ++s) {
         const size_t count = n / k + (s < n % k ? 1 : 0);
         if (count > 0) plan.servers[s].push_back({t, offset, count, wide(t)});
-        load[s] += count;
+        load[s] += count * element_bytes;
         offset += count;
       }
       continue;
     }
     const size_t s = static_cast<size_t>(std::min_element(load.begin(), load.end()) - load.begin());
     plan.servers[s].push_back({t, 0, n, wide(t)});
-    load[s] += n;
+    load[s] += bytes(t);
   }
   // Last registered first: a backward pass produces gradients in about the reverse of the
   // forward's order, so a shard's prefix is ready early (Note [overlapped pushes], client.cc).

@@ -1,9 +1,9 @@
 // Sharding: which parameter server holds which elements of which tensor.
 //
-// Workers register the same tensors (element counts, in a fixed order). With T elements in all
-// over K servers, a tensor of more than T / K elements is split into K contiguous pieces, one per
-// server (their sizes differ by at most one); the other tensors, largest first, go whole to the
-// server holding the fewest elements so far (ties: the lowest server). A server's shard is its
+// Workers register the same tensors (element counts and types, in a fixed order). With B bytes in
+// all over K servers, a tensor of more than B / K bytes is split into K contiguous pieces, one per
+// server (their element counts differ by at most one); the other tensors, largest first, go whole
+// to the server holding the fewest bytes so far (ties: the lowest server). A server's shard is its
 // pieces in reverse tensor order (the order a backward pass produces gradients in, about): the
 // order a push's parts and a reply's values follow, but that a shard's float64 pieces come before
 // its float32 ones (ShardLayout).

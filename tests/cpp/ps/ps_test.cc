@@ -94,6 +94,28 @@ TEST(PsSharding, Float64PiecesComeFirstAndDtypesChangeTheLayout) {
   EXPECT_THROW(ps::planShards(sizes, 2, {D::kFloat64}), InvalidArgumentError);
 }
 
+// Servers are balanced by bytes: by elements, {30 float64, 30, 30} would put the first two on
+// server 0 (360 bytes against 120), and a float64 tensor of half the bytes is split like a float32
+// one of the same bytes.
+TEST(PsSharding, Float64TensorsWeighTheirBytes) {
+  using D = PsDtype;
+  const std::vector<size_t> sizes = {30, 30, 30};
+  const auto plan = ps::planShards(sizes, 2, {D::kFloat64, D::kFloat32, D::kFloat32});
+  expectCoversOnce(plan, sizes);
+  EXPECT_EQ(plan.layout(0).bytes(), 240u);
+  EXPECT_EQ(plan.layout(1).bytes(), 240u);
+  // 100 float64 elements are 800 of 1,200 bytes: more than a server's 600, so split in two.
+  const std::vector<size_t> split = {100, 100};
+  const auto halves = ps::planShards(split, 2, {D::kFloat64, D::kFloat32});
+  expectCoversOnce(halves, split);
+  for (size_t s = 0; s < 2; ++s) {
+    const auto wide = std::find_if(halves.servers[s].begin(), halves.servers[s].end(),
+                                   [](const ps::Piece& p) { return p.tensor == 0; });
+    ASSERT_NE(wide, halves.servers[s].end()) << "server " << s << " holds no piece of the float64 tensor";
+    EXPECT_EQ(wide->count, 50u);
+  }
+}
+
 // Compression.fp16 takes float32 tensors only: a float64 one is refused before connecting, by
 // its index.
 TEST(PsSharding, Fp16CompressionOfAFloat64TensorIsRefused) {
