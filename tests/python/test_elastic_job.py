@@ -10,6 +10,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 
@@ -41,8 +42,17 @@ class Job:
         return None
 
     def finish(self, timeout=120):
-        out, _ = self.proc.communicate(timeout=timeout)
-        self.lines.extend(out.splitlines(keepends=True))
+        """Reads the rest of the output and waits for horarun. Through the reader wait_for used:
+        communicate() would read the pipe itself and lose the lines readline had buffered."""
+        rest = []
+        reader = threading.Thread(target=lambda: rest.extend(iter(self.proc.stdout.readline, "")), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        if reader.is_alive():
+            self.proc.kill()
+            raise subprocess.TimeoutExpired(self.proc.args, timeout, "".join(self.lines + rest))
+        self.lines.extend(rest)
+        self.proc.wait(timeout=30)
         return self.proc.returncode, "".join(self.lines)
 
     def steps(self):
