@@ -12,7 +12,8 @@
 // With --verbose it says so. TensorFlow reads no OMP_NUM_THREADS: hora.tensorflow's init gives
 // its intra- and inter-op pools the value, or without it (mpirun, srun) the cores divided among
 // the host's ranks (python/hora/tensorflow/mpi_ops.py). Ranks that mpirun or srun started have
-// no budget when OpenBLAS loads: every frontend's init then lowers each loaded OpenBLAS's pool to
+// no budget when OpenBLAS loads: every frontend's init then lowers each loaded OpenBLAS's pool
+// (Debian's, and the renamed copy numpy's wheels carry) to
 // that share, unless the user set OMP_NUM_THREADS or OPENBLAS_NUM_THREADS
 // (python/hora/common/thread_budget.py).
 #pragma once

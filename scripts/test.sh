@@ -48,7 +48,8 @@ pytest_suite() {  # pytest_suite COMMAND...: runs a pytest command; the tests th
 run "release tests" ctest_suite build/release
 # The engine's locking as annotated (HORA_GUARDED_BY, ...), checked by clang: seconds.
 run "thread-safety annotations" scripts/check_thread_safety.sh
-run "python tests" pytest_suite .venv/bin/python -m pytest -q -p no:cacheprovider tests/python \
+# The longest suite (a third of this script's time): its 30 slowest tests are listed at its end.
+run "python tests" pytest_suite .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests/python \
   --ignore=tests/python/spark --ignore=tests/python/ray --ignore=tests/python/keras
 # (tests/python/keras runs below, on every rank of jobs, once per Keras generation.)
 

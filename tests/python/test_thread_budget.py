@@ -11,16 +11,24 @@ import sys
 
 import pytest
 
-PROBE = """
+# FRONTEND: the imports that load an OpenBLAS, and a frontend of hora as hvd.
+PROBE_OF = """
 import os, sys
-import torch  # loads Debian's OpenBLAS, as a torch script does
-import hora.torch as hvd
+FRONTEND
 from hora.common import thread_budget
 before = sorted(set(thread_budget.openblas_threads().values()))
 hvd.init()
 after = sorted(set(thread_budget.openblas_threads().values()))  # (one pool: libblas, liblapack and libopenblas share it)
 open(os.path.join(sys.argv[1], f"threads.{os.getpid()}"), "w").write(f"{hvd.local_size()} {before} {after}")
 """
+
+PROBE = PROBE_OF.replace("FRONTEND", "import torch  # loads Debian's OpenBLAS, as a torch script does\n"
+                                     "import hora.torch as hvd")
+# numpy's wheel carries an OpenBLAS of its own (scipy_openblas, its functions renamed): .venv-tf2
+# has one, beside the newest TensorFlow.
+WHEEL_PROBE = PROBE_OF.replace("FRONTEND", "import numpy\nimport hora.tensorflow as hvd")
+TF2_PYTHON = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                          ".venv-tf2", "bin", "python")
 
 CORES = len(os.sched_getaffinity(0))
 
@@ -37,11 +45,11 @@ pytestmark = [
 ]
 
 
-def reports(launcher, tmp_path, **variables):
+def reports(launcher, tmp_path, python=sys.executable, probe=PROBE, **variables):
     """Each rank's (local size, OpenBLAS threads before init, after init)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HORA_", "OMP_", "OPENBLAS_", "GOTO_"))}
     env.update(variables)
-    done = subprocess.run(launcher + [sys.executable, "-c", PROBE, str(tmp_path)], capture_output=True, text=True,
+    done = subprocess.run(launcher + [python, "-c", probe, str(tmp_path)], capture_output=True, text=True,
                           env=env, timeout=180)
     assert done.returncode == 0, done.stdout + done.stderr
     return sorted(path.read_text() for path in tmp_path.glob("threads.*"))
@@ -54,6 +62,13 @@ needs_mpich = pytest.mark.skipif(not shutil.which("mpirun.mpich"), reason="MPICH
 def test_ranks_that_mpirun_started_get_their_share(tmp_path):
     share = max(1, CORES // 2)
     assert reports(["mpirun.mpich", "-np", "2"], tmp_path) == [f"2 [{CORES}] [{share}]"] * 2
+
+
+@needs_mpich
+@pytest.mark.skipif(not os.path.exists(TF2_PYTHON), reason=f"{TF2_PYTHON} is not there (scripts/setup.sh makes it)")
+def test_the_openblas_of_numpys_wheel_gets_its_share_too(tmp_path):
+    share = max(1, CORES // 2)
+    assert reports(["mpirun.mpich", "-np", "2"], tmp_path, TF2_PYTHON, WHEEL_PROBE) == [f"2 [{CORES}] [{share}]"] * 2
 
 
 @needs_mpich

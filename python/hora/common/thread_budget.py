@@ -54,24 +54,36 @@ def openblas_threads():
     """{path: threads} of each OpenBLAS this process has loaded."""
     found = {}
     for path in _loaded_openblas():
-        library = _attach(path)
-        if library is not None:
-            found[path] = library.openblas_get_num_threads()
+        pool = _attach(path)
+        if pool is not None:
+            threads, _ = pool
+            found[path] = threads()
     return found
 
 
+# OpenBLAS's functions that get and set its pool's size: its own names, and those of the copy that
+# numpy's and scipy's wheels carry (scipy_openblas, renamed so as not to clash with another
+# OpenBLAS in the process; "64_" in its 64-bit-integer build).
+_POOL_FUNCTIONS = (("openblas_get_num_threads", "openblas_set_num_threads"),
+                   ("scipy_openblas_get_num_threads64_", "scipy_openblas_set_num_threads64_"),
+                   ("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"))
+
+
 def _attach(path):
-    """The already-loaded library at `path` if it is an OpenBLAS (RTLD_NOLOAD: nothing new is
-    loaded into the process), else None."""
+    """(threads, resize): the functions that read and set the pool size of the already-loaded
+    library at `path` if it is an OpenBLAS (RTLD_NOLOAD: nothing new is loaded into the process),
+    else None."""
     try:
         library = ctypes.CDLL(path, mode=os.RTLD_NOLOAD | os.RTLD_LAZY)
     except OSError:
         return None
-    if not hasattr(library, "openblas_set_num_threads") or not hasattr(library, "openblas_get_num_threads"):
-        return None
-    library.openblas_get_num_threads.restype = ctypes.c_int
-    library.openblas_set_num_threads.argtypes = [ctypes.c_int]
-    return library
+    for get, set_ in _POOL_FUNCTIONS:
+        if hasattr(library, get) and hasattr(library, set_):
+            threads, resize = getattr(library, get), getattr(library, set_)
+            threads.restype = ctypes.c_int
+            resize.argtypes = [ctypes.c_int]
+            return threads, resize
+    return None
 
 
 def share_openblas(local_size):
@@ -83,8 +95,11 @@ def share_openblas(local_size):
     share = host_share(local_size)
     given = None
     for path in _loaded_openblas():
-        library = _attach(path)
-        if library is not None and library.openblas_get_num_threads() > share:
-            library.openblas_set_num_threads(share)
+        pool = _attach(path)
+        if pool is None:
+            continue
+        threads, resize = pool
+        if threads() > share:
+            resize(share)
             given = share
     return given
