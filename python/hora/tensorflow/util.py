@@ -41,11 +41,11 @@ def _key(v):
     return _tf_variable(v).ref()
 
 
-def vars_to_refs(variables):
+def vars_to_refs(vars):  # (Horovod's name for the argument, though it hides the builtin)
     """Hashable references of (nested lists of) variables, for _cache's keys."""
-    if isinstance(variables, list):
-        return tuple(vars_to_refs(v) for v in variables)
-    return _key(variables)
+    if isinstance(vars, list):
+        return tuple(vars_to_refs(v) for v in vars)
+    return _key(vars)
 
 
 def refs_to_vars(refs):
