@@ -95,8 +95,8 @@ TEST(PsSharding, Float64PiecesComeFirstAndDtypesChangeTheLayout) {
 }
 
 // Servers are balanced by bytes: by elements, {30 float64, 30, 30} would put the first two on
-// server 0 (360 bytes against 120), and a float64 tensor of half the bytes is split like a float32
-// one of the same bytes.
+// server 0 (360 bytes against 120); and a float64 tensor is split when its bytes exceed a
+// server's share, though its elements do not.
 TEST(PsSharding, Float64TensorsWeighTheirBytes) {
   using D = PsDtype;
   const std::vector<size_t> sizes = {30, 30, 30};
