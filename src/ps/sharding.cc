@@ -40,7 +40,8 @@ ShardPlan planShards(const std::vector<size_t>& tensor_elements, int servers, co
   const auto wide = [&](size_t t) { return !dtypes.empty() && dtypes[t] == PsDtype::kFloat64; };
   // Balanced by bytes, not elements: a float64 element costs a server twice a float32 one in
   // memory, on the wire and in its loops.
-  const auto bytes = [&](size_t t) { return tensor_elements[t] * (wide(t) ? sizeof(double) : sizeof(float)); };
+  const auto width = [&](size_t t) { return wide(t) ? sizeof(double) : sizeof(float); };
+  const auto bytes = [&](size_t t) { return tensor_elements[t] * width(t); };
   size_t total = 0;
   for (size_t t = 0; t < tensor_elements.size(); ++t) total += bytes(t);
   ShardPlan plan;
@@ -52,14 +53,13 @@ ShardPlan planShards(const std::vector<size_t>& tensor_elements, int servers, co
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return bytes(a) > bytes(b); });
   for (size_t t : order) {
     const size_t n = tensor_elements[t];
-    const size_t element_bytes = wide(t) ? sizeof(double) : sizeof(float);
     if (k > 1 && bytes(t) * k > total) {
       // Larger than a server's fair share: every server takes a piece.
       size_t offset = 0;
       for (size_t s = 0; s < k; ++s) {
         const size_t count = n / k + (s < n % k ? 1 : 0);
         if (count > 0) plan.servers[s].push_back({t, offset, count, wide(t)});
-        load[s] += count * element_bytes;
+        load[s] += count * width(t);
         offset += count;
       }
       continue;
