@@ -151,6 +151,16 @@ assert horovod.tensorflow.keras.callbacks is hora.tensorflow.keras.callbacks
 assert BroadcastGlobalVariablesCallback is hora.tensorflow.keras.callbacks.BroadcastGlobalVariablesCallback
 assert horovod.keras.elastic is hora.keras.elastic is sys.modules['horovod.keras.elastic']
 assert horovod.keras.PartialDistributedOptimizer is hora.keras.PartialDistributedOptimizer
+import hora.tensorflow.elastic, horovod.tensorflow.elastic, horovod.tensorflow.keras.elastic
+assert horovod.tensorflow.keras.elastic.TensorFlowKerasState is hora.tensorflow.elastic.TensorFlowKerasState
+assert horovod.keras.elastic.TensorFlowKerasState is hora.tensorflow.elastic.TensorFlowKerasState
+assert issubclass(hvd.elastic.KerasState, hvd.elastic.TensorFlowKerasState)
+assert horovod.tensorflow.elastic.HorovodInternalError is hora.common.exceptions.HoraInternalError
+from horovod.common.elastic import ObjectState, run_fn
+from horovod.common.process_sets import ProcessSet
+import hora.common.elastic, hora.common.process_sets
+assert ObjectState is hora.common.elastic.ObjectState and run_fn is hora.common.elastic.run_fn
+assert ProcessSet is hora.common.process_sets.ProcessSet
 for alias, module in ((hvd, hora.tensorflow.keras), (horovod.keras, hora.keras)):
     missing = [n for n in dir(module) if not n.startswith('_') and not hasattr(alias, n)]
     assert not missing, missing

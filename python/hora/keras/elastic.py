@@ -3,7 +3,7 @@
 import keras
 
 from hora._keras import elastic as _impl
-from hora.tensorflow.elastic import run
+from hora.tensorflow.elastic import TensorFlowKerasState, run  # noqa: F401  (KerasState's base, as in Horovod)
 
 _classes = _impl.make(keras, __name__)
 KerasState = _classes.KerasState

@@ -11,7 +11,7 @@ import functools
 import tensorflow as tf
 
 from hora.common import elastic as _elastic
-from hora.common.exceptions import HoraInternalError, WorkerRemovedError
+from hora.common.exceptions import HoraInternalError, HorovodInternalError, WorkerRemovedError  # noqa: F401
 from hora.tensorflow.functions import broadcast_object, broadcast_variables
 from hora.tensorflow.mpi_ops import init, rank
 from hora.tensorflow.util import _executing_eagerly, build_optimizer_slots
