@@ -45,6 +45,34 @@ pytest_suite() {  # pytest_suite COMMAND...: runs a pytest command; the tests th
   rm -f "$log"
   return "$code"
 }
+# The sanitizer and fuzzer builds compile while the suites run, at idle CPU priority (SCHED_IDLE):
+# they get only the cycles the tests leave (the jobs' ranks often wait on each other, on sockets
+# and on deadlines), and a test's process that wakes takes its core back at once. Their logs and
+# exit codes go to build/logs; the stages at the end wait for them.
+sanitizer_flags="-O1 -g1 -DNDEBUG"  # line tables: enough for the reports' file:line, and quick to build
+build_sanitized() {  # build_sanitized DIR SANITIZERS
+  if [ ! -f "$1/CMakeCache.txt" ]; then
+    cmake -S . -B "$1" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="$sanitizer_flags" \
+      -DHORA_SANITIZE="$2" -DHORA_BUILD_BENCHMARKS=OFF >/dev/null
+  fi
+  cmake --build "$1" -j "$jobs" --target hora_tests
+}
+in_background() {  # in_background NAME COMMAND...: NAME's output and exit code into build/logs
+  local code=0
+  "${@:2}" > "build/logs/$1.log" 2>&1 || code=$?
+  echo $code > "build/logs/$1.rc"
+}
+if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
+  mkdir -p build/logs
+  rm -f build/logs/{asan,tsan,fuzz}.{log,rc}
+  (
+    chrt --idle -p 0 $BASHPID 2>/dev/null || renice -n 19 $BASHPID >/dev/null  # before any child
+    in_background asan build_sanitized build/asan address,undefined
+    in_background tsan build_sanitized build/tsan thread
+    in_background fuzz tests/fuzz/run_fuzzer.sh build/fuzz 0
+  ) &
+  background_builds=$!
+fi
 run "release tests" ctest_suite build/release
 # The engine's locking as annotated (HORA_GUARDED_BY, ...), checked by clang: seconds.
 run "thread-safety annotations" scripts/check_thread_safety.sh
@@ -97,23 +125,27 @@ run "keras tests (.venv-tf2, TF_USE_LEGACY_KERAS=1) under horarun -np 2" pytest_
   .venv/bin/horarun -np 2 -x HORA_STALL_SHUTDOWN_TIME_SECONDS=30 -x TF_USE_LEGACY_KERAS=1 \
   .venv-tf2/bin/python -m pytest -q -p no:cacheprovider tests/python/keras
 
-sanitized() {  # sanitized DIR SANITIZERS [EXCLUDED]
-  local dir=$1 san=$2
-  if [ ! -f "$dir/CMakeCache.txt" ]; then
-    cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHORA_SANITIZE="$san" \
-      -DHORA_BUILD_BENCHMARKS=OFF >/dev/null
-  fi
-  cmake --build "$dir" -j "$jobs" --target hora_tests 2>&1 | { grep -E "warning|error" || true; }
-  [ "${PIPESTATUS[0]}" = 0 ] || return 1
+builds_done() {  # waits for the background builds; their warnings and errors, and whether all built
+  wait "$background_builds" || true
+  local name ok=0
+  for name in asan tsan fuzz; do
+    grep -E "warning|error" "build/logs/$name.log" || true
+    [ "$(cat "build/logs/$name.rc" 2>/dev/null)" = 0 ] || { echo "$name: its build failed:"; tail -20 "build/logs/$name.log"; ok=1; }
+  done
+  return $ok
+}
+sanitized() {  # sanitized DIR [EXCLUDED]: DIR's unit tests, if it built
+  [ "$(cat "build/logs/$(basename "$1").rc")" = 0 ] || return 1
   # The 16 Mi-element cases take minutes under the sanitizers; every other case runs, but those
-  # that match $3 (a ctest regex).
-  HORA_TEST_LARGE=0 ctest_suite "$dir" -L unit ${3:+-E "$3"}
+  # that match $2 (a ctest regex).
+  HORA_TEST_LARGE=0 ctest_suite "$1" -L unit ${2:+-E "$2"}
 }
 if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
+  run "sanitizer and fuzzer builds (begun beside the tests: the time left to wait)" builds_done
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1
-  run "address+undefined sanitizer tests" sanitized build/asan address,undefined
-  run "thread sanitizer tests" sanitized build/tsan thread
+  run "address+undefined sanitizer tests" sanitized build/asan
+  run "thread sanitizer tests" sanitized build/tsan
   run "store request fuzzer (60 s)" tests/fuzz/run_fuzzer.sh build/fuzz 60
 fi
 
