@@ -66,7 +66,7 @@ if [ "${HORA_TEST_QUICK:-0}" != 1 ]; then
   mkdir -p build/logs
   rm -f build/logs/{asan,tsan,fuzz}.{log,rc}
   (
-    chrt --idle -p 0 $BASHPID 2>/dev/null || renice -n 19 $BASHPID >/dev/null  # before any child
+    chrt --idle -p 0 $BASHPID 2>/dev/null || renice -n 19 $BASHPID >/dev/null || true  # before any child
     in_background asan build_sanitized build/asan address,undefined
     in_background tsan build_sanitized build/tsan thread
     in_background fuzz tests/fuzz/run_fuzzer.sh build/fuzz 0
