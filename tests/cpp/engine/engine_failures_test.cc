@@ -139,7 +139,9 @@ TEST(Engine, ARankThatShutsDownIsNamedWithItsReasonOnTheOthers) {
       submitFilled(e, "later", x, 1, ReduceOp::kSum).wait(5s);
       ADD_FAILURE() << "a request ran after rank 1 left";
     } catch (const ShutdownError& err) {
-      if (r != 1) EXPECT_EQ(std::string(err.what()), seen[static_cast<size_t>(r)]);
+      if (r != 1) {
+        EXPECT_EQ(std::string(err.what()), seen[static_cast<size_t>(r)]);
+      }
     }
   }));
   for (int r : {0, 2})
