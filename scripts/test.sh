@@ -36,12 +36,13 @@ ctest_suite() {  # ctest_suite DIR ARGS...: a test that fails is run once more. 
   return $code
 }
 pytest_suite() {  # pytest_suite COMMAND...: runs a pytest command; the tests that failed (from
-  # pytest's short summary, on any rank of a job) are named again at the end.
+  # pytest's short summary, on any rank of a job) are named again at the end, each with the start
+  # of its error, where a truncated log still shows why.
   local log code
   log=$(mktemp)
   "$@" 2>&1 | tee "$log"
   code=${PIPESTATUS[0]}
-  mapfile -t -O "${#failed_tests[@]}" failed_tests < <(grep -oE '(FAILED|ERROR) tests/[^ ]+' "$log" | sort -u)
+  mapfile -t -O "${#failed_tests[@]}" failed_tests < <(grep -oE '(FAILED|ERROR) tests/.*' "$log" | cut -c1-500 | sort -u)
   rm -f "$log"
   return "$code"
 }
