@@ -78,6 +78,10 @@ pip_pins .venv-tf2 tensorflow-cpu==2.21.0 pytest==9.2.0 cloudpickle==3.1.3
 # hora.spark and hora.ray: pyspark and ray, at versions checked in one process with Debian's numpy
 # 1.24 and torch 1.13 (pip leaves numpy alone: neither pins it).
 pip_pins .venv pyspark==4.0.1 ray==2.50.1
+# scripts/test.sh runs a failed test of the one-process suites once more (as ctest does), so that
+# a timing-sensitive test is named flaky rather than failing the run; 14.0 is the last release
+# for Debian's pytest 7.2.
+pip_pins .venv pytest-rerunfailures==14.0
 # The Keras example's ImageDataGenerator shifts its images with scipy.ndimage (Debian's scipy, in
 # .venv, is built for numpy 1).
 pip_pins .venv-tf2 scipy==1.17.1

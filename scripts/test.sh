@@ -37,12 +37,16 @@ ctest_suite() {  # ctest_suite DIR ARGS...: a test that fails is run once more. 
 }
 pytest_suite() {  # pytest_suite COMMAND...: runs a pytest command; the tests that failed (from
   # pytest's short summary, on any rank of a job) are named again at the end, each with the start
-  # of its error, where a truncated log still shows why.
-  local log code
+  # of its error, where a truncated log still shows why. Under $rerun_once, a test that failed and
+  # then passed is listed as flaky.
+  local log code name
   log=$(mktemp)
   "$@" 2>&1 | tee "$log"
   code=${PIPESTATUS[0]}
   mapfile -t -O "${#failed_tests[@]}" failed_tests < <(grep -oE '(FAILED|ERROR) tests/.*' "$log" | cut -c1-500 | sort -u)
+  while read -r name; do
+    grep -qE "(FAILED|ERROR) $name( |$)" "$log" || flaky+=("$name (pytest)")
+  done < <(grep -oE '^RERUN tests/[^ ]+' "$log" | sed 's/^RERUN //' | sort -u)
   rm -f "$log"
   return "$code"
 }
@@ -81,7 +85,9 @@ run "release tests" ctest_suite build/release
 # The engine's locking as annotated (HORA_GUARDED_BY, ...), checked by clang: seconds.
 run "thread-safety annotations" scripts/check_thread_safety.sh
 # The longest suite (a third of this script's time): its 30 slowest tests are listed at its end.
-run "python tests" pytest_suite .venv/bin/python -m pytest -q -p no:cacheprovider --durations=30 tests/python \
+# A one-process suite runs a failed test once more (a job's ranks cannot: they would fall out of step).
+rerun_once=(--reruns 1 -rfER)
+run "python tests" pytest_suite .venv/bin/python -m pytest -q -p no:cacheprovider "${rerun_once[@]}" --durations=30 tests/python \
   --ignore=tests/python/spark --ignore=tests/python/ray --ignore=tests/python/keras
 # (tests/python/keras runs below, on every rank of jobs, once per Keras generation.)
 
@@ -89,7 +95,8 @@ run "python tests" pytest_suite .venv/bin/python -m pytest -q -p no:cacheprovide
 # workers and executors are JVMs of their own), a Ray head; then both kinds of cluster across
 # namespace hosts (needs root: skipped otherwise). Every failure test has its own deadline; the
 # timeouts are a backstop. About 3 minutes together.
-run "spark and ray tests" pytest_suite timeout 600 .venv/bin/python -m pytest -q -p no:cacheprovider tests/python/spark tests/python/ray
+run "spark and ray tests" pytest_suite timeout 900 .venv/bin/python -m pytest -q -p no:cacheprovider "${rerun_once[@]}" \
+  tests/python/spark tests/python/ray
 skippable() {  # a test that exits 77 when the machine cannot run it
   "$@"
   local code=$?
