@@ -44,8 +44,8 @@ pytest_suite() {  # pytest_suite COMMAND...: runs a pytest command; the tests th
   "$@" 2>&1 | tee "$log"
   code=${PIPESTATUS[0]}
   mapfile -t -O "${#failed_tests[@]}" failed_tests < <(grep -oE '(FAILED|ERROR) tests/.*' "$log" | cut -c1-500 | sort -u)
-  while read -r name; do
-    grep -qE "(FAILED|ERROR) $name( |$)" "$log" || flaky+=("$name (pytest)")
+  while read -r name; do  # (test ids hold brackets: compared as whole fixed strings)
+    grep -oE '(FAILED|ERROR) tests/[^ ]+' "$log" | sed -E 's/^[A-Z]+ //' | grep -qxF "$name" || flaky+=("$name (pytest)")
   done < <(grep -oE '^RERUN tests/[^ ]+' "$log" | sed 's/^RERUN //' | sort -u)
   rm -f "$log"
   return "$code"
