@@ -273,12 +273,12 @@ def test_a_killed_node_shrinks_the_job_which_resumes_from_the_last_commit(cluste
     killed_after = jobs.wait_progress(job, str(tmp_path), size, 2 * COMMIT_EVERY, between_commits=True)
     # Each rank's node, taken now: when the run returns, its actors are being killed, and a
     # process that is gone has no process group to look up.
-    node_by_pid = {}
+    pids = []
     for rank in range(size):
         with open(tmp_path / f"pid.{rank}") as f:
-            pid = int(f.read())
-        node_by_pid[pid] = cluster.node_of(pid)
-    node = node_by_pid[pid]  # rank size - 1's
+            pids.append(int(f.read()))
+    node_by_pid = {pid: cluster.node_of(pid) for pid in pids}
+    node = node_by_pid[pids[-1]]  # the last rank's
     cluster.kill_node(node)
     killed_at = time.monotonic()
     jobs.wait_progress(job, str(tmp_path), size - 1, 0)
