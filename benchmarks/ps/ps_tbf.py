@@ -12,6 +12,7 @@ without a straggler. Every configuration once per round, rounds repeated (interl
                          'ps-async adam compensated']]
                 [--target 0.85 [--eval-every 50] [--give-up 600]]
   ps_tbf.py table FILE... [--json ALL]
+  ps_tbf.py wins FILE... [--pace]   (time-to-accuracy files: each mode against allreduce, per set)
 
 Placement: worker r on host r (one rank per host), server k on host W + k (a host of its own,
 --server-hosts), all started by horarun from the first host over ssh. The workers are
@@ -92,12 +93,15 @@ def run_one(args, c, steps, warmup):
     cmd += tb.worker_argv("hora", c["model"], args.width, steps, warmup, mode=c["mode"],
                           max_staleness=c["max_staleness"], straggler=c["straggler"], momentum=c["momentum"],
                           fp16=c["label"].endswith(" fp16"), optimizer=optimizer_of(c["label"]),
-                          target=args.target, eval_every=args.eval_every, give_up=args.give_up)
+                          target=args.target, eval_every=args.eval_every, give_up=args.give_up,
+                          pin_core=args.pin_cores)
     ranks = tb.run_job([(cmd, dict(os.environ))], w, args.timeout)
     for r in ranks:
         if r.get("local_size") != 1 or r.get("cross_size") != w:
             raise RuntimeError(f"rank {r['rank']}: local_size {r.get('local_size')}, cross_size {r.get('cross_size')}"
                                f": the workers must be on {w} hosts")
+        if args.pin_cores and len(r["cpus"]) != 1:
+            raise RuntimeError(f"rank {r['rank']}: on cores {r['cpus']}, where --pin-cores gives it one")
     if args.target:  # rank 0's clock; every worker evaluated the same weights at the same steps
         r0 = ranks[0]
         return dict(seconds=r0["seconds"], trained_steps=r0["steps"], accuracy=r0["accuracy"],
@@ -117,6 +121,7 @@ def run(args):
             steps, warmup = args.steps or tb.DEFAULT_STEPS[c["model"]][0], args.warmup or tb.DEFAULT_STEPS[c["model"]][1]
             print(f"{args.rate} round {rep + 1}/{args.repeat}: {c}", file=sys.stderr, flush=True)
             samples.append(dict(c, rate=args.rate, round=rep, steps=steps, warmup=warmup, target=args.target,
+                                pinned=args.pin_cores,
                                 loadavg=os.getloadavg()[0], **run_one(args, c, steps, warmup)))
             with open(args.out, "w") as f:  # after every run: a failure later keeps what was measured
                 json.dump({"args": vars(args), "samples": samples}, f, indent=1)
@@ -162,6 +167,57 @@ def table(args):
     print(f"\n{len(samples)} runs; load average (1 min) at their starts: {min(loads):.1f}-{max(loads):.1f}.")
 
 
+def wins(args):
+    """Where each mode wins: per file (a set of interleaved rounds) and configuration, each mode's
+    time to the target as the median of its per-round ratios to allreduce's, with the number of
+    rounds it was ahead; the fastest mode by that median. Ratios never pair runs of two files.
+    --pace: the ratio of the seconds to the last evaluation both runs made instead (the same
+    step): whether a mode's steps are faster, apart from how many it needs."""
+    cells, bases, labels = collections.defaultdict(list), collections.defaultdict(dict), set()
+    for path in args.files:
+        name = os.path.basename(path).removeprefix("ps_tbf_").removesuffix(".json")
+        for s in json.load(open(path))["samples"]:
+            if not s.get("target"):
+                raise SystemExit(f"{path}: a step-time file; wins compares times to accuracy")
+            setting = (name, s["rate"], s["workers"], s["straggler"])
+            if s["label"] == "allreduce":
+                bases[setting][s["round"]] = s
+            else:
+                cells[setting + (s["servers"],), s["label"]].append(s)
+                labels.add(s["label"])
+
+    def ratio(run, base):
+        if not args.pace:
+            return run["seconds"] / base["seconds"]
+        run_at, base_at = ({step: seconds for step, _, seconds in r["history"]} for r in (run, base))
+        step = max(run_at.keys() & base_at.keys())
+        return run_at[step] / base_at[step]
+
+    order = [m[0] for m in MODES if m[0] in labels]
+    print("| set | link | workers | servers | straggler | " + " | ".join(order) + " | fastest |")
+    print("| --- " * (6 + len(order)) + "|")
+    rows = sorted({key for key, _ in cells}, key=lambda k: (k[2], k[4], k[1], k[3], k[0]))
+    for key in rows:
+        base, medians, shown = bases[key[:4]], {}, []
+        for label in order:
+            ratios = [ratio(r, base[r["round"]]) for r in cells.get((key, label), []) if r["round"] in base]
+            if not ratios:
+                shown.append("-")
+                continue
+            medians[label] = statistics.median(ratios)
+            missed = sum(not r["reached"] for r in cells[key, label])
+            shown.append(f"{medians[label]:.2f} ({sum(x < 1 for x in ratios)}/{len(ratios)})" +
+                         (f", {missed} short" if missed and not args.pace else ""))
+        best = min(medians, key=medians.get) if medians else "-"
+        fastest = best if medians and medians[best] < 1 else "allreduce"
+        name, rate, workers, straggler, servers = key
+        print(f"| {name} | {rate} | {workers} | {servers} | {straggler:g} | " + " | ".join(shown) + f" | {fastest} |")
+    measure = ("seconds to the last evaluation step both runs made" if args.pace else
+               "time to the target (\"short\": runs that gave up before it, counted at the seconds they ran)")
+    print(f"\nEach cell: the median of the per-round ratios to allreduce of the {measure}, below 1 ahead of "
+          "allreduce, and (rounds ahead / rounds).")
+
+
 def step_table(groups):
     print("| link | model | workers | straggler | mode | servers | images/s (median) | runs | vs allreduce "
           "| rank 0 step ms (median) | slowest worker step ms (median) |")
@@ -202,12 +258,18 @@ def main():
     r.add_argument("--target", type=float, default=0.0, help="time to this test accuracy (real data) instead")
     r.add_argument("--eval-every", type=int, default=50, help="with --target: steps between evaluations")
     r.add_argument("--give-up", type=float, default=600, help="with --target: seconds before a run stops trying")
+    r.add_argument("--pin-cores", action="store_true",
+                   help="worker r on core r mod cores (servers unpinned): with as many workers as cores, each "
+                        "has one of its own, and a straggler's idle time is not lent to the others")
     t = sub.add_parser("table")
     t.add_argument("files", nargs="+")
     t.add_argument("--json", default="")
+    w = sub.add_parser("wins")
+    w.add_argument("files", nargs="+")
+    w.add_argument("--pace", action="store_true", help="seconds to a common step instead of to the target")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # SystemExit: run_job stops the ranks
-    run(args) if args.command == "run" else table(args)
+    {"run": run, "table": table, "wins": wins}[args.command](args)
 
 
 if __name__ == "__main__":

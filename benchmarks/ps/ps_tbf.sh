@@ -7,7 +7,7 @@
 #            --servers 1 2 --stragglers 0 0.5 --models cnn --repeat 3 --steps N --warmup N
 #            --target 0.85 --eval-every 50 --give-up 600
 #            --modes allreduce,ps-sync,ps-async,'staleness 2','ps-async m0.5']
-#            [--json FILE]                                                        (as root)
+#            --pin-cores] [--json FILE]                                           (as root)
 #   --rate: tc rate, repeatable (default 1gbit). Namespaces, bridge, sshd and the ranks are
 #   removed on exit, Ctrl-C or failure.
 set -euo pipefail
@@ -22,6 +22,7 @@ while (($#)); do
     --servers) read -ra servers <<<"$2"; shift 2 ;;
     --stragglers | --models) read -ra values <<<"$2"; extra+=("$1" "${values[@]}"); shift 2 ;;
     --modes) IFS=, read -ra values <<<"$2"; extra+=("$1" "${values[@]}"); shift 2 ;;
+    --pin-cores) extra+=("$1"); shift ;;
     --repeat | --steps | --warmup | --target | --eval-every | --give-up) extra+=("$1" "$2"); shift 2 ;;
     -h | --help) sed -n '2,/^set -e/{/^set -e/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;

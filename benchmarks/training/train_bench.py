@@ -101,6 +101,12 @@ def cpu_window(before, after, framework_threads):
 # --- workers -----------------------------------------------------------------------------------
 
 def worker(args):
+    if args.pin_core:
+        # Before torch and hora start threads, which inherit it: rank r on core r mod cores (a
+        # worker with a core of its own, as on a machine of its own, so a straggler's idle time is
+        # lost to whoever waits for it rather than lent to them). horarun's HORA_RANK: hvd.init
+        # would start the engine's threads first.
+        os.sched_setaffinity(0, {int(os.environ["HORA_RANK"]) % os.cpu_count()})
     import torch
     import torch.nn.functional as F
     torch.set_num_threads(args.threads)
@@ -166,7 +172,8 @@ def worker(args):
             time.sleep(straggle * (time.time() - begun))
         opt.step()
 
-    result = {"rank": rank, "size": size, "host": os.environ.get("HORA_HOSTNAME", os.uname().nodename)}
+    result = {"rank": rank, "size": size, "host": os.environ.get("HORA_HOSTNAME", os.uname().nodename),
+              "cpus": sorted(os.sched_getaffinity(0))}
     if kind == "hora":
         result.update(local_size=hvd.local_size(), cross_size=hvd.cross_size())
     if args.target:  # time to accuracy on the real data
@@ -302,13 +309,13 @@ def run_job(commands, ranks, timeout, grace=15):
 
 def worker_argv(kind, model, width, steps, warmup, threads=1, target=0.0, eval_every=50, fp16=False,
                 python=sys.executable, mode="allreduce", max_staleness=-1, straggler=0.0, momentum=0.9, give_up=600,
-                optimizer="sgd"):
+                optimizer="sgd", pin_core=False):
     return [python, os.path.abspath(__file__), "--worker", kind, "--model", model, "--width", str(width),
             "--steps", str(steps), "--warmup", str(warmup), "--threads", str(threads), "--target", str(target),
             "--eval-every", str(eval_every), "--mode", mode, "--max-staleness", str(max_staleness),
             "--straggler", str(straggler), "--momentum", str(momentum), "--give-up", str(give_up),
             "--optimizer", optimizer] + \
-        (["--fp16"] if fp16 else [])
+        (["--fp16"] if fp16 else []) + (["--pin-core"] if pin_core else [])
 
 
 def free_port():
@@ -480,6 +487,7 @@ def main():
     ap.add_argument("--model", default="cnn", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--fp16", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--pin-core", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="allreduce", help=argparse.SUPPRESS)
     ap.add_argument("--max-staleness", type=int, default=-1, help=argparse.SUPPRESS)
     ap.add_argument("--straggler", type=float, default=0.0, help=argparse.SUPPRESS)
