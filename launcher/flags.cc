@@ -71,7 +71,7 @@ void defineGeneralFlags(CLI::App& app, JobFlags& f) {
       ->check(CLI::Range(1.0, 86400.0));
   app.add_option("-x,--export", f.exports,
                  "Set VAR=value (or pass VAR through) for every rank; repeatable. Every other variable of "
-                 "this environment reaches every rank too, but host-specific ones (README)")
+                 "this environment reaches every rank too, but host-specific ones (docs/launcher.md)")
       ->allow_extra_args(false);  // one value per -x: the command follows
   app.add_option("--grace-seconds", f.grace_seconds,
                  "After a rank fails, seconds between SIGTERM and SIGKILL for the others")

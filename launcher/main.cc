@@ -59,7 +59,7 @@ void printBuild() {
             << "  transports:   [x] tcp  [x] shared memory (between ranks on one host), chosen per pair\n"
             << "  collectives:  [x] flat  [x] hierarchical across hosts  [ ] NCCL, GPUs (CPU only)\n"
             << "  MPI:          [ ] not linked; ranks started by mpirun or srun find each other through the\n"
-            << "                    rendezvous store (see README, \"Without horarun\")\n"
+            << "                    rendezvous store (see docs/launcher.md)\n"
             << "  frontends:    [x] C++ (hora::hora)  [x] C ABI (hora/c_api.h)  " << mark(HORA_WITH_PYTHON)
             << " PyTorch (hora.torch)  " << mark(HORA_WITH_TORCH) << " libtorch (hora::torch)  "
             << mark(HORA_WITH_TENSORFLOW) << " TensorFlow (hora.tensorflow)\n"

@@ -1,4 +1,4 @@
-"""The `horovod` name, answered by hora (installed only on request: see hora's README).
+"""The `horovod` name, answered by hora (installed only on request: see hora's docs/torch.md).
 
 Unchanged Horovod scripts import `horovod.torch` or `horovod.tensorflow` and call `horovod.run`; all
 resolve to hora.
